@@ -1,0 +1,56 @@
+// Package core holds outboxkit's vocabulary: the Event, the four contracts
+// every adapter implements, the Relay that moves events from a store to a
+// transport, and the consumer side that applies each event's effect once.
+//
+// # The flow
+//
+// A service writes its business rows and an Event in one database transaction
+// (the write method is typed per store: postgres.Store.Add takes the caller's
+// pgx transaction). A Relay claims committed events from a Store under a
+// lease, publishes them through a Publisher with no database lock held, and
+// settles each event's outcome: published, retried later with backoff, or
+// dead-lettered. A consumer verifies a delivery and runs a Handler through a
+// Deduper, which records the event ID in the same transaction as the effect.
+//
+// Delivery is at-least-once: a relay can crash after the transport accepted
+// an event and before settling it, and the event is then published again.
+// Effects are exactly-once only through idempotency (Deduper, ApplyOnce,
+// Idempotent). Nothing here promises more.
+//
+// # The contracts
+//
+//   - Store: Claim and Settle. Optional capabilities are separate small
+//     interfaces found by type assertion: Notifier (wake-ups), StatsReader,
+//     Replayer, Pruner.
+//   - Publisher: Publish a batch, reporting per-event outcomes with a
+//     BatchError; Permanent marks errors that must not be retried, RetryAfter
+//     carries a transport's back-off hint.
+//   - Deduper: Once per (consumer, event ID), atomically with the effect.
+//   - Clock: Now and timers, so tests drive time with coretest.FakeClock.
+//
+// Package coretest holds conformance suites for each contract: a custom
+// adapter runs them to prove itself.
+//
+// # Relay
+//
+//	relay, err := core.NewRelay(store, publisher, &core.RelayConfig{BatchSize: 100})
+//	if err != nil { ... }
+//	err = relay.Run(ctx) // until ctx is done, then a graceful shutdown
+//
+// RelayConfig documents each knob and its default. The relay validates them at
+// construction; notably PublishTimeout must be shorter than LeaseDuration.
+//
+// # Consumers
+//
+//	mux := core.NewMux()
+//	mux.RegisterFunc("order.confirmed", confirmOrder)
+//	h := core.ChainHandler(mux, core.Recover(), core.Idempotent(deduper, "billing"))
+//
+// A Mux answers an unknown event type with a permanent error
+// (ErrUnknownEventType), so the transport dead-letters it instead of retrying.
+//
+// # Wire format
+//
+// Transports carry an event as a CloudEvents 1.0 message in binary content
+// mode: CloudEventHeaders and EventFromCloudEventHeaders convert both ways.
+package core

@@ -1,0 +1,141 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+)
+
+// Handler applies an event's effect on the consumer side. Return nil once the
+// effect is durable; a Permanent error to tell the transport to stop
+// redelivering; any other error to have the event redelivered.
+type Handler interface {
+	Handle(ctx context.Context, e Event) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, e Event) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, e Event) error { return f(ctx, e) }
+
+// HandlerMiddleware wraps a Handler.
+type HandlerMiddleware func(Handler) Handler
+
+// ChainHandler wraps h in mws; the first middleware is the outermost.
+func ChainHandler(h Handler, mws ...HandlerMiddleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// Mux routes events to handlers by their type. An event whose type has no
+// handler fails with a permanent error matching ErrUnknownEventType: retrying
+// cannot make a handler appear, so the transport should dead-letter it.
+//
+// A Mux is safe for concurrent use; register handlers before serving.
+type Mux struct {
+	mu       sync.RWMutex
+	handlers map[string]Handler
+	mws      []HandlerMiddleware
+	fallback Handler
+}
+
+// NewMux returns an empty Mux.
+func NewMux() *Mux { return &Mux{handlers: make(map[string]Handler)} }
+
+// Register routes eventType to h. It panics if eventType is empty or already
+// registered, as http.ServeMux does, because both are programming errors.
+func (m *Mux) Register(eventType string, h Handler) {
+	if eventType == "" || h == nil {
+		panic("outboxkit: Mux.Register needs an event type and a handler")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, dup := m.handlers[eventType]; dup {
+		panic(fmt.Sprintf("outboxkit: Mux already has a handler for %q", eventType))
+	}
+	m.handlers[eventType] = h
+}
+
+// RegisterFunc routes eventType to f.
+func (m *Mux) RegisterFunc(eventType string, f func(ctx context.Context, e Event) error) {
+	m.Register(eventType, HandlerFunc(f))
+}
+
+// Fallback sets the handler for types with no handler of their own, instead
+// of failing them.
+func (m *Mux) Fallback(h Handler) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.fallback = h
+}
+
+// Use adds middleware that wraps every routed handler (not unknown types).
+func (m *Mux) Use(mws ...HandlerMiddleware) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mws = append(m.mws, mws...)
+}
+
+// Handle routes e to its handler, so a *Mux is itself a Handler.
+func (m *Mux) Handle(ctx context.Context, e Event) error {
+	m.mu.RLock()
+	h, ok := m.handlers[e.Type]
+	if !ok {
+		h = m.fallback
+	}
+	mws := m.mws
+	m.mu.RUnlock()
+	if h == nil {
+		return Permanent(fmt.Errorf("%w %q", ErrUnknownEventType, e.Type))
+	}
+	return ChainHandler(h, mws...).Handle(ctx, e)
+}
+
+// ApplyOnce runs h for e through d under the key (consumer, e.ID), so the
+// effect is applied at most once however often e is delivered. It reports
+// whether the effect ran now (false: it was a duplicate, or it failed).
+func ApplyOnce(ctx context.Context, d Deduper, consumer string, h Handler, e Event) (applied bool, err error) {
+	return d.Once(ctx, DedupeKey{Consumer: consumer, EventID: e.ID}, func(ctx context.Context) error {
+		return h.Handle(ctx, e)
+	})
+}
+
+// Idempotent returns middleware that runs the wrapped handler through d (see
+// ApplyOnce). A duplicate delivery returns nil without calling the handler, so
+// the transport stops redelivering it.
+func Idempotent(d Deduper, consumer string) HandlerMiddleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, e Event) error {
+			_, err := ApplyOnce(ctx, d, consumer, next, e)
+			return err
+		})
+	}
+}
+
+// PanicError is the error a Recover middleware returns for a handler that
+// panicked. It is transient: the next delivery may succeed.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("outboxkit: handler panicked: %v", e.Value) }
+
+// Recover returns middleware that turns a panicking handler into a
+// *PanicError, so one bad event cannot crash the consumer.
+func Recover() HandlerMiddleware {
+	return func(next Handler) Handler {
+		return HandlerFunc(func(ctx context.Context, e Event) (err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					err = &PanicError{Value: v, Stack: debug.Stack()}
+				}
+			}()
+			return next.Handle(ctx, e)
+		})
+	}
+}

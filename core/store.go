@@ -1,0 +1,202 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the relay's side of an outbox. Writing events is typed per store
+// (each takes the caller's own transaction type), so it is not part of this
+// contract.
+//
+// A Store must be safe for concurrent use by many relays, in one process or
+// many: Claim never hands out an event whose lease is live, and Settle applies
+// only to events whose lease token still matches.
+type Store interface {
+	// Claim leases up to req.Limit pending events that are due (AvailableAt
+	// not in the future, no live lease), oldest first, under one fresh lease
+	// token. It increments each event's Attempts. An empty batch is not an
+	// error.
+	//
+	// Claim exists so that the network call to the transport happens with no
+	// database lock held: the lease, not a row lock, keeps other relays off.
+	Claim(ctx context.Context, req ClaimRequest) (Batch, error)
+
+	// Settle records what happened to events of one lease: published,
+	// scheduled for retry, dead-lettered, or released untouched. It applies
+	// only to events whose lease token is still req.Lease.Token and returns a
+	// *LeaseLostError (matching ErrLeaseLost) listing the others, after
+	// settling the rest.
+	//
+	// One method covers every outcome so a store can settle a whole batch in
+	// one round trip, and so a stale relay is fenced in exactly one place.
+	Settle(ctx context.Context, req SettleRequest) error
+}
+
+// ClaimRequest is the argument of Store.Claim. It is a struct so fields can be
+// added without breaking implementations.
+type ClaimRequest struct {
+	// Limit is the most events to claim. Must be positive.
+	Limit int
+	// LeaseFor is how long the lease lasts. Must be positive.
+	LeaseFor time.Duration
+	// Now, when not zero, is the time the store must use for due-ness and
+	// lease expiry instead of its own clock. Relays set it only when they run
+	// on a non-system Clock (tests); in production the store's clock (the
+	// database's now()) stays authoritative, so relays on hosts with skewed
+	// clocks cannot steal each other's leases.
+	Now time.Time
+}
+
+// Batch is the result of a Claim.
+type Batch struct {
+	// Lease identifies this claim; pass it back to Settle.
+	Lease Lease
+	// Events are the claimed events, oldest first. Attempts includes this
+	// claim.
+	Events []Event
+}
+
+// Lease is a claim on a set of events until a point in time.
+type Lease struct {
+	// Token is unique per claim; settling requires it.
+	Token ID
+	// Until is when the lease expires and the events become claimable again,
+	// in the store's clock.
+	Until time.Time
+}
+
+// OutcomeKind says what happened to a claimed event.
+type OutcomeKind int
+
+// The outcomes a relay reports for each claimed event.
+const (
+	// Published: the transport accepted the event. It is never claimed again
+	// (unless replayed).
+	Published OutcomeKind = iota + 1
+	// Retry: the publish failed; the event becomes claimable again
+	// Outcome.Delay from now, keeping its Attempts count, with Outcome.Error
+	// recorded.
+	Retry
+	// DeadLettered: the event failed for good (a permanent error or too many
+	// attempts). It keeps its row and error and is not claimed again until
+	// replayed.
+	DeadLettered
+	// Released: the relay gave the event back without trying it (shutting
+	// down). It is claimable again at once and its Attempts count is restored.
+	Released
+)
+
+func (k OutcomeKind) String() string {
+	switch k {
+	case Published:
+		return "published"
+	case Retry:
+		return "retry"
+	case DeadLettered:
+		return "dead-lettered"
+	case Released:
+		return "released"
+	default:
+		return "unknown"
+	}
+}
+
+// Outcome is the result for one claimed event.
+type Outcome struct {
+	ID   ID
+	Kind OutcomeKind
+	// Error is the publish error's text (Retry, DeadLettered).
+	Error string
+	// Delay is how long after the store's now (SettleRequest.Now when set) the
+	// event becomes due again (Retry). It is a duration, not a time, so the
+	// store's clock stays the only one that matters.
+	Delay time.Duration
+}
+
+// SettleRequest is the argument of Store.Settle.
+type SettleRequest struct {
+	Lease    Lease
+	Outcomes []Outcome
+	// Now, when not zero, is the time to record (published or dead-lettered
+	// at); see ClaimRequest.Now.
+	Now time.Time
+}
+
+// Notifier is implemented by stores that can wake relays when events are
+// written (PostgreSQL LISTEN/NOTIFY, say). Wake-ups are hints: a relay still
+// polls, so a missed notification delays an event by at most one poll interval.
+type Notifier interface {
+	// Listen calls wake, which never blocks, whenever new events may be due.
+	// It blocks until ctx is done and then returns ctx.Err(); it handles
+	// reconnects itself.
+	Listen(ctx context.Context, wake func()) error
+}
+
+// Stats is a snapshot of an outbox for operators.
+type Stats struct {
+	// Pending counts events neither published nor dead-lettered.
+	Pending int64
+	// OldestPendingAt is the creation time of the oldest pending event, or the
+	// zero time when none is pending.
+	OldestPendingAt time.Time
+	// OldestPendingAge is how long the oldest pending event has waited.
+	OldestPendingAge time.Duration
+	// Leased counts pending events under a live lease (in flight).
+	Leased int64
+	// DeadLettered counts dead-lettered events.
+	DeadLettered int64
+	// Attempts maps an attempt count to the number of pending events that have
+	// been tried that many times.
+	Attempts map[int]int64
+}
+
+// StatsReader is implemented by stores that can report Stats.
+type StatsReader interface {
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// ReplayFilter selects events to replay. Fields combine with AND; an empty
+// filter matches nothing (replaying everything must be asked for with All).
+type ReplayFilter struct {
+	IDs           []ID
+	Types         []string
+	AggregateType string
+	AggregateID   string
+	// Since and Until bound CreatedAt (inclusive, exclusive); zero means open.
+	Since, Until time.Time
+	// DeadOnly restricts the replay to dead-lettered events.
+	DeadOnly bool
+	// All must be set to replay every event matching no other criterion.
+	All bool
+}
+
+// Empty reports whether the filter has no criterion and All is unset.
+func (f ReplayFilter) Empty() bool {
+	return !f.All && len(f.IDs) == 0 && len(f.Types) == 0 && f.AggregateType == "" &&
+		f.AggregateID == "" && f.Since.IsZero() && f.Until.IsZero() && !f.DeadOnly
+}
+
+// Replayer is implemented by stores that can put published or dead-lettered
+// events back to pending, keeping their IDs (so consumers' deduplication still
+// recognises those already applied) and resetting Attempts.
+type Replayer interface {
+	Replay(ctx context.Context, f ReplayFilter) (int64, error)
+}
+
+// PruneRequest is the argument of Pruner.Prune.
+type PruneRequest struct {
+	// PublishedBefore deletes published events published before this time.
+	PublishedBefore time.Time
+	// BatchSize bounds each delete statement so pruning never holds long
+	// locks. Stores choose a default when zero.
+	BatchSize int
+	// Progress, if set, is called after each batch with the running total.
+	Progress func(deleted int64)
+}
+
+// Pruner is implemented by stores that delete old published events.
+// Dead-lettered events are never pruned: they stay until replayed or purged.
+type Pruner interface {
+	Prune(ctx context.Context, req PruneRequest) (int64, error)
+}

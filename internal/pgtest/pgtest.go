@@ -1,0 +1,88 @@
+// Package pgtest gives tests a real PostgreSQL: a small pool and a fresh
+// schema per test (or per package), dropped when the test ends. Tests that need
+// PostgreSQL fail, never skip, when it is unreachable: CI must run them.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultURL is the local server CI starts (trust authentication).
+const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// URL returns DATABASE_URL, or DefaultURL when it is unset.
+func URL() string {
+	if u := os.Getenv("DATABASE_URL"); u != "" {
+		return u
+	}
+	return DefaultURL
+}
+
+// Pool returns a pool on URL() closed when tb ends. maxConns bounds it (0
+// means 8) so parallel test packages stay under the server's connection limit.
+func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(URL())
+	if err != nil {
+		tb.Fatalf("pgtest: parse DATABASE_URL: %v", err)
+	}
+	if maxConns <= 0 {
+		maxConns = 8
+	}
+	cfg.MaxConns = maxConns
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		tb.Fatalf("pgtest: PostgreSQL at %s is unreachable (%v): start it (CI's .ci/run does) or set DATABASE_URL", redact(URL()), err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
+// Schema creates a uniquely named, empty schema ("<prefix>_<random>") and
+// drops it, with everything in it, when tb ends.
+func Schema(tb testing.TB, pool *pgxpool.Pool, prefix string) string {
+	tb.Helper()
+	name := NewSchemaName(prefix)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
+		tb.Fatalf("pgtest: create schema %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
+			tb.Errorf("pgtest: drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// NewSchemaName returns "<prefix>_<8 random hex digits>", lower-case.
+func NewSchemaName(prefix string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToLower(prefix) + "_" + hex.EncodeToString(b[:])
+}
+
+func redact(u string) string {
+	if i := strings.Index(u, "@"); i >= 0 {
+		if j := strings.Index(u, "://"); j >= 0 && j < i {
+			if k := strings.Index(u[j+3:i], ":"); k >= 0 {
+				return u[:j+3+k] + ":***" + u[i:]
+			}
+		}
+	}
+	return u
+}

@@ -127,8 +127,10 @@ type SettleRequest struct {
 // written (PostgreSQL LISTEN/NOTIFY, say). Wake-ups are hints: a relay still
 // polls, so a missed notification delays an event by at most one poll interval.
 type Notifier interface {
-	// Listen calls wake, which never blocks, whenever new events may be due.
-	// It blocks until ctx is done and then returns ctx.Err(); it handles
+	// Listen calls wake, which never blocks, whenever new events may be due:
+	// once as soon as it is listening (and again after every reconnect, since
+	// notifications sent meanwhile are lost), then on each notification. It
+	// blocks until ctx is done and then returns ctx.Err(); it handles
 	// reconnects itself.
 	Listen(ctx context.Context, wake func()) error
 }

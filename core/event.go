@@ -44,8 +44,9 @@ type Event struct {
 	Destination string
 	// CreatedAt is set by the store when zero.
 	CreatedAt time.Time
-	// AvailableAt delays the first delivery; zero means at once. The relay also
-	// moves it forward when it schedules a retry.
+	// AvailableAt delays the first delivery; zero means CreatedAt (at once).
+	// Stores claim due events in AvailableAt order, and a retry moves it
+	// forward.
 	AvailableAt time.Time
 	// Attempts counts claims of this event so far, this one included when the
 	// event comes from a Store's Claim.

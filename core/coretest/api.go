@@ -3,6 +3,7 @@ package coretest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outboxkit/core"
 )
@@ -40,15 +41,39 @@ type DeduperFactory func(t *testing.T) core.Deduper
 // PublisherHarness is what TestPublisher needs.
 type PublisherHarness struct {
 	// New returns a publisher and a function that reports every event its
-	// transport has received so far (a test server's log, say).
+	// transport has received so far (a test server's log, say). Delivery may
+	// be asynchronous: the suite waits for what it expects.
 	New func(t *testing.T) (pub core.Publisher, received func() []core.Event)
+	// Timeout bounds each wait for deliveries. Defaults to 10s.
+	Timeout time.Duration
 }
 
-// TestStore runs the Store conformance suite.
-func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {}
+// waitUntil polls cond until it holds or the deadline passes. Polling a
+// condition with a deadline, not sleeping a fixed time, is how these suites
+// wait for asynchronous work.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
 
-// TestDeduper runs the Deduper conformance suite.
-func TestDeduper(t *testing.T, newDeduper DeduperFactory) {}
+// newEvent returns a valid event of type typ created at t.
+func newEvent(typ string, at time.Time) core.Event {
+	return core.Event{
+		ID: core.NewIDAt(at), Type: typ, SchemaVersion: 1, Payload: []byte(`{"n":1}`),
+		CreatedAt: at, Headers: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+	}
+}
 
-// TestPublisher runs the Publisher conformance suite.
-func TestPublisher(t *testing.T, h PublisherHarness) {}
+// t0 is the suites' fixed start time. It lies in the future of any real
+// clock, so an event a store stamps with its own now() (a database default,
+// say) is already due at the suite's times: every due-ness decision is made
+// against the requests' Now.
+var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)

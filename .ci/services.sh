@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Makes sure the services the tests need are running on 127.0.0.1: starts what
+# is installed but down, installs with apt-get what is missing. Sourced by
+# .ci/run; safe to run by hand (`bash .ci/services.sh`).
+set -euo pipefail
+
+log() { printf '[services] %s\n' "$*"; }
+
+apt_updated=0
+apt_install() {
+  if [ "$apt_updated" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() { # port name seconds
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    port_open "$1" && return 0
+    sleep 0.1
+  done
+  log "$2 did not come up on 127.0.0.1:$1 within $3s"
+  return 1
+}
+
+ensure_postgres() {
+  if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    log "PostgreSQL missing: installing with apt-get"
+    apt_install postgresql postgresql-client
+  fi
+  local ver
+  ver=$(ls /etc/postgresql | sort -V | tail -n 1)
+  local hba="/etc/postgresql/$ver/main/pg_hba.conf"
+  # The tests connect as postgres over TCP without a password, as on the
+  # development machines: trust local connections only.
+  if ! grep -qE '^host\s+all\s+all\s+127\.0\.0\.1/32\s+trust' "$hba"; then
+    log "configuring trust authentication for 127.0.0.1 in $hba"
+    sed -i -E 's/^(host\s+all\s+all\s+127\.0\.0\.1\/32\s+)\S+/\1trust/' "$hba"
+    grep -qE '^host\s+all\s+all\s+127\.0\.0\.1/32' "$hba" || echo 'host all all 127.0.0.1/32 trust' >>"$hba"
+    sed -i -E 's/^(local\s+all\s+all\s+)\S+/\1trust/' "$hba"
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main reload 2>/dev/null || true
+  fi
+  if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    log "starting PostgreSQL $ver"
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main start || true
+  fi
+  local i
+  for ((i = 0; i < 300; i++)); do
+    pg_isready -q -h 127.0.0.1 -p 5432 && break
+    sleep 0.1
+  done
+  pg_isready -h 127.0.0.1 -p 5432
+  if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname='test'" | grep -q 1; then
+    log "creating database test"
+    psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test"
+  fi
+}
+
+ensure_nats() {
+  port_open 4222 && return 0
+  if ! command -v nats-server >/dev/null 2>&1; then
+    log "NATS missing: installing with apt-get"
+    apt_install nats-server
+  fi
+  log "starting NATS with JetStream"
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_port 4222 NATS 30
+}
+
+ensure_rabbitmq() {
+  port_open 5672 && return 0
+  if ! command -v rabbitmq-server >/dev/null 2>&1; then
+    log "RabbitMQ missing: installing with apt-get"
+    apt_install rabbitmq-server
+  fi
+  log "starting RabbitMQ"
+  rabbitmq-server -detached || true
+  wait_port 5672 RabbitMQ 90
+}
+
+ensure_postgres
+ensure_nats
+ensure_rabbitmq
+log "PostgreSQL, NATS and RabbitMQ are up"

@@ -1,0 +1,29 @@
+# outboxkit's developer commands. `make test` is what CI runs (.ci/run).
+GO ?= go
+PKGS := ./...
+
+.PHONY: test fmt-check vet unit deps-check examples-smoke fmt
+
+test: fmt-check vet deps-check unit examples-smoke
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+vet:
+	$(GO) vet $(PKGS)
+
+# -race always; -count=1 so CI never serves cached results.
+unit:
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+# core imports only the standard library.
+deps-check:
+	@bad=$$($(GO) list -deps ./core | grep -E '^[a-z0-9-]+\.[a-z0-9.-]+/' | grep -v '^github.com/outboxkit/outboxkit/core$$' || true); \
+	if [ -n "$$bad" ]; then echo "core must import only the standard library, found:"; echo "$$bad"; exit 1; fi
+
+examples-smoke:
+	$(GO) run ./examples/inmemory

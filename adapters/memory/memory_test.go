@@ -43,3 +43,10 @@ func TestStoreRefusesOversizedPayload(t *testing.T) {
 		t.Fatal("valid event of a refused batch was written")
 	}
 }
+
+func TestFaults(t *testing.T) {
+	coretest.TestFaults(t, func(t *testing.T, opts coretest.StoreOptions) (core.Store, coretest.WriteFunc) {
+		s := memory.NewStore(&memory.StoreConfig{Ordering: opts.Ordering})
+		return s, s.Add
+	}, coretest.FaultOptions{})
+}

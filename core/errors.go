@@ -22,6 +22,9 @@ var (
 	// ErrUnknownEventType is returned (as a permanent error) by a Mux that has no
 	// handler for an event's type.
 	ErrUnknownEventType = errors.New("outboxkit: no handler for event type")
+	// ErrUnsupported is matched when an adapter lacks an optional capability
+	// a request asks for.
+	ErrUnsupported = errors.New("outboxkit: not supported by this adapter")
 	// ErrInvalidConfig is matched by every configuration validation failure.
 	ErrInvalidConfig = errors.New("outboxkit: invalid configuration")
 )

@@ -174,7 +174,7 @@ func (r *Relay) Drain(ctx context.Context) (int, error) {
 // processBatch claims, publishes and settles one batch; it returns the number
 // of events claimed.
 func (r *Relay) processBatch(ctx, hardCtx context.Context) (int, error) {
-	req := ClaimRequest{Limit: r.cfg.BatchSize, LeaseFor: r.cfg.LeaseDuration}
+	req := ClaimRequest{Limit: r.cfg.BatchSize, LeaseFor: r.cfg.LeaseDuration, Destination: r.cfg.Destination}
 	if !isSystemClock(r.cfg.Clock) {
 		req.Now = r.cfg.Clock.Now()
 	}

@@ -29,6 +29,9 @@ type RelayConfig struct {
 	// in-flight publishes finish before cancelling them and releasing their
 	// events. Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// Destination, when set, dedicates the relay to events with this
+	// Destination (see ClaimRequest.Destination). Defaults to all events.
+	Destination string
 	// Retry is the retry and dead-letter policy. See RetryPolicy for defaults.
 	Retry RetryPolicy
 	// Middleware wraps the publisher; the first is the outermost.

@@ -40,6 +40,12 @@ type ClaimRequest struct {
 	Limit int
 	// LeaseFor is how long the lease lasts. Must be positive.
 	LeaseFor time.Duration
+	// Destination, when not empty, restricts the claim to events whose
+	// Destination equals it, so a relay can be dedicated to one destination
+	// (a slow webhook that must not hold up the others, or a Watermill topic
+	// consumed straight from the outbox). Stores that cannot filter return an
+	// error matching ErrUnsupported.
+	Destination string
 	// Now, when not zero, is the time the store must use for due-ness and
 	// lease expiry instead of its own clock. Relays set it only when they run
 	// on a non-system Clock (tests); in production the store's clock (the

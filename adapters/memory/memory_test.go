@@ -17,7 +17,7 @@ func TestStoreConformance(t *testing.T) {
 	coretest.TestStore(t, func(t *testing.T, opts coretest.StoreOptions) (core.Store, coretest.WriteFunc) {
 		s := memory.NewStore(&memory.StoreConfig{Ordering: opts.Ordering})
 		return s, s.Add
-	}, coretest.StoreFeatures{Ordering: true, Notifier: true, Stats: true, Replay: true, Prune: true})
+	}, coretest.StoreFeatures{Ordering: true, Notifier: true, Stats: true, Replay: true, Prune: true, DestinationFilter: true})
 }
 
 func TestDeduperConformance(t *testing.T) {

@@ -177,6 +177,9 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 		if r == nil || !r.pending() || r.e.AvailableAt.After(now) || r.leaseUntil.After(now) {
 			continue
 		}
+		if req.Destination != "" && r.e.Destination != req.Destination {
+			continue
+		}
 		if heads != nil && r.e.AggregateID != "" && heads[r.e.AggregateKey()] != r {
 			continue
 		}

@@ -33,6 +33,8 @@ type StoreFeatures struct {
 	Stats    bool // core.StatsReader
 	Replay   bool // core.Replayer
 	Prune    bool // core.Pruner
+	// DestinationFilter: Claim honours ClaimRequest.Destination.
+	DestinationFilter bool
 }
 
 // DeduperFactory returns a new, empty deduper.

@@ -316,6 +316,20 @@ func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {
 		}
 	})
 
+	if features.DestinationFilter {
+		t.Run("DestinationFilter", func(t *testing.T) {
+			s, w := plain(t)
+			a, b, none := newEvent("a", t0), newEvent("b", t0), newEvent("none", t0)
+			a.Destination, b.Destination = "topic-a", "topic-b"
+			write(t, w, a, b, none)
+			got, err := s.Claim(ctx, core.ClaimRequest{Limit: 10, LeaseFor: lease, Now: t0.Add(time.Minute), Destination: "topic-b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			assertIDs(t, "claim for topic-b", got.Events, b.ID)
+			assertIDSet(t, "claim for all destinations", claim(t, s, 10, t0.Add(time.Minute)).Events, a.ID, none.ID)
+		})
+	}
 	if features.Ordering {
 		t.Run("Ordering", func(t *testing.T) { testOrdering(t, newStore, claim, settle, write) })
 	}

@@ -1,0 +1,281 @@
+package qstash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// DefaultMaxBodyBytes is the default body limit of a Receiver: QStash's
+// message size limit on the free plan.
+const DefaultMaxBodyBytes = 1 << 20
+
+// StatusNonRetryable is the status QStash reads, together with the header
+// Upstash-NonRetryable-Error: true, as "fail this message now, do not retry".
+const StatusNonRetryable = 489
+
+// ReceiverConfig configures a Receiver. Fields without a default are
+// required.
+type ReceiverConfig struct {
+	// CurrentSigningKey and NextSigningKey are QStash's signing keys
+	// (QSTASH_CURRENT_SIGNING_KEY, QSTASH_NEXT_SIGNING_KEY). Both are
+	// required; an empty key is refused, since it would verify tokens anyone
+	// can sign.
+	CurrentSigningKey string
+	NextSigningKey    string
+	// URL is the endpoint's public URL exactly as publishers address it
+	// (scheme, host, path and query). The signature's sub claim must equal
+	// it; it is configured rather than read from the request, because behind
+	// a proxy or load balancer the request's own URL differs.
+	URL string
+	// Handler applies the event's effect. Required. Wrap a core.Mux to route
+	// by event type.
+	Handler core.Handler
+	// Deduper applies the effect at most once per (Consumer, event ID),
+	// recorded in the effect's transaction. Required: QStash delivers at
+	// least once, and a relay may publish an event twice.
+	Deduper core.Deduper
+	// Consumer names this effect in the Deduper, so that two services
+	// consuming one event each apply it. Required.
+	Consumer string
+	// MaxBodyBytes bounds the request body; a larger one is answered 413
+	// without any effect. Defaults to DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// Leeway is the clock skew tolerated on the token's exp, nbf and iat.
+	// Defaults to DefaultLeeway (5s); negative means none.
+	Leeway time.Duration
+	// Clock tells the time for the token checks and Decision.Duration.
+	// Defaults to core.SystemClock.
+	Clock core.Clock
+	// Logger receives refused requests (Warn), handler errors (Warn) and
+	// panics (Error, with the stack). Defaults to a logger that discards.
+	Logger *slog.Logger
+	// OnDecision, when set, learns the outcome of every request: applied or
+	// duplicate, and why a request failed. Tracing and metrics attach here.
+	OnDecision DecisionHook
+}
+
+// Receiver is an http.Handler for a QStash consumer endpoint. For each
+// request it, in order: refuses non-POST (405); reads at most MaxBodyBytes
+// (413 beyond); verifies Upstash-Signature (401); decodes the event from the
+// CloudEvents headers (400); runs Handler through Deduper; and answers 200
+// only once the effect committed or was already recorded. A Permanent
+// handler error answers 489 with Upstash-NonRetryable-Error: true; any other
+// error, or a panic, answers 500 so that QStash retries. See the package
+// documentation for the full table.
+type Receiver struct {
+	verifier *Verifier
+	url      string
+	handler  core.Handler
+	deduper  core.Deduper
+	consumer string
+	maxBody  int64
+	clock    core.Clock
+	log      *slog.Logger
+	hook     DecisionHook
+}
+
+var _ http.Handler = (*Receiver)(nil)
+
+// NewReceiver validates cfg and returns a Receiver. The error, matching
+// core.ErrInvalidConfig, names the field to fix.
+func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
+	if cfg == nil {
+		return nil, &core.ConfigError{Field: "ReceiverConfig", Reason: "is nil: pass the signing keys, URL, Handler, Deduper and Consumer"}
+	}
+	v, err := NewVerifier(&VerifierConfig{
+		CurrentSigningKey: cfg.CurrentSigningKey,
+		NextSigningKey:    cfg.NextSigningKey,
+		Leeway:            cfg.Leeway,
+		Clock:             cfg.Clock,
+	})
+	if err != nil {
+		return nil, err
+	}
+	bad := func(field, reason string) error { return &core.ConfigError{Field: field, Reason: reason} }
+	switch {
+	case cfg.URL == "":
+		return nil, bad("URL", "is empty: set the endpoint's public URL exactly as publishers address it, e.g. https://api.example.com/qstash/orders")
+	case cfg.Handler == nil:
+		return nil, bad("Handler", "is nil: pass the handler that applies the event (a core.Mux, say)")
+	case cfg.Deduper == nil:
+		return nil, bad("Deduper", "is nil: QStash delivers at least once; pass postgres.NewDeduper(...) so each event applies once")
+	case cfg.Consumer == "":
+		return nil, bad("Consumer", `is empty: name this effect (e.g. "billing"), the Deduper records (Consumer, event ID)`)
+	case cfg.MaxBodyBytes < 0:
+		return nil, bad("MaxBodyBytes", "is negative: leave it 0 for the 1 MiB default")
+	}
+	if err := validateURL(cfg.URL); err != nil {
+		return nil, bad("URL", err.Error())
+	}
+	r := &Receiver{
+		verifier: v,
+		url:      cfg.URL,
+		handler:  core.ChainHandler(cfg.Handler, core.Recover()),
+		deduper:  cfg.Deduper,
+		consumer: cfg.Consumer,
+		maxBody:  cfg.MaxBodyBytes,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		hook:     cfg.OnDecision,
+	}
+	if r.maxBody == 0 {
+		r.maxBody = DefaultMaxBodyBytes
+	}
+	if r.clock == nil {
+		r.clock = core.SystemClock{}
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	return r, nil
+}
+
+// Verifier returns the Receiver's signature verifier.
+func (rc *Receiver) Verifier() *Verifier { return rc.verifier }
+
+// ServeHTTP handles one delivery.
+func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	d := Decision{Delivery: deliveryFromHeader(r.Header)}
+	start := rc.clock.Now()
+	ctx := r.Context()
+	decide := func(o Outcome, status int, err error) {
+		d.Outcome, d.Status, d.Err = o, status, err
+		d.Duration = rc.clock.Now().Sub(start)
+		rc.logDecision(ctx, &d)
+		if rc.hook != nil {
+			rc.hook(ctx, d)
+		}
+		rc.respond(w, &d)
+	}
+
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		decide(OutcomeMalformed, http.StatusMethodNotAllowed, fmt.Errorf("qstash: method %s: QStash deliveries are POSTs", r.Method))
+		return
+	}
+	if r.ContentLength > rc.maxBody {
+		decide(OutcomeTooLarge, http.StatusRequestEntityTooLarge, fmt.Errorf("qstash: body of %d bytes exceeds MaxBodyBytes (%d)", r.ContentLength, rc.maxBody))
+		return
+	}
+	// MaxBytesReader reads at most maxBody+1 bytes and makes the server
+	// close the connection instead of draining an oversized body.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
+	if err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			decide(OutcomeTooLarge, http.StatusRequestEntityTooLarge, fmt.Errorf("qstash: body exceeds MaxBodyBytes (%d)", rc.maxBody))
+			return
+		}
+		decide(OutcomeMalformed, http.StatusBadRequest, fmt.Errorf("qstash: read body: %w", err))
+		return
+	}
+
+	sigs := r.Header.Values("Upstash-Signature")
+	if len(sigs) > 1 {
+		decide(OutcomeUnauthorized, http.StatusUnauthorized, verr(ErrMalformedToken, "%d Upstash-Signature headers", len(sigs)))
+		return
+	}
+	var token string
+	if len(sigs) == 1 {
+		token = sigs[0]
+	}
+	if err := rc.verifier.Verify(token, body, rc.url); err != nil {
+		decide(OutcomeUnauthorized, http.StatusUnauthorized, err)
+		return
+	}
+
+	e, err := DecodeEvent(r.Header, body)
+	if err != nil {
+		decide(OutcomeMalformed, http.StatusBadRequest, err)
+		return
+	}
+	d.Event = e
+
+	applied, err := rc.apply(WithDelivery(ctx, d.Delivery), e)
+	switch {
+	case err == nil && applied:
+		decide(OutcomeApplied, http.StatusOK, nil)
+	case err == nil:
+		decide(OutcomeDuplicate, http.StatusOK, nil)
+	case core.IsPermanent(err):
+		decide(OutcomePermanent, StatusNonRetryable, err)
+	default:
+		status := http.StatusInternalServerError
+		if after, ok := core.RetryAfterHint(err); ok && after > 0 {
+			// QStash waits as long as a failed response's Retry-After asks.
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((after+time.Second-1)/time.Second), 10))
+			status = http.StatusServiceUnavailable
+		}
+		decide(OutcomeTransient, status, err)
+	}
+}
+
+// apply runs the handler through the Deduper. The handler's panics are
+// turned into *core.PanicError inside the effect (so the Deduper rolls its
+// transaction back as for any error); a panic in the Deduper itself is
+// recovered here, so one bad delivery cannot crash the server.
+func (rc *Receiver) apply(ctx context.Context, e core.Event) (applied bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			applied, err = false, &core.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return core.ApplyOnce(ctx, rc.deduper, rc.consumer, rc.handler, e)
+}
+
+// respond writes a small JSON body. Error details stay in the logs: the body
+// of a failed delivery is kept in QStash's DLQ, outside this service's
+// control, and refused requests may come from anyone.
+func (rc *Receiver) respond(w http.ResponseWriter, d *Decision) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if d.Outcome == OutcomePermanent {
+		h.Set("Upstash-NonRetryable-Error", "true")
+	}
+	w.WriteHeader(d.Status)
+	var body string
+	switch d.Outcome {
+	case OutcomeApplied, OutcomeDuplicate:
+		body = `{"status":"` + d.Outcome.String() + `","eventId":"` + d.Event.ID.String() + `"}`
+	case OutcomePermanent, OutcomeTransient:
+		body = `{"error":"` + d.Outcome.String() + `","eventId":"` + d.Event.ID.String() + `"}`
+	default:
+		body = `{"error":"` + d.Outcome.String() + `"}`
+	}
+	_, _ = io.WriteString(w, body+"\n")
+}
+
+func (rc *Receiver) logDecision(ctx context.Context, d *Decision) {
+	attrs := []slog.Attr{
+		slog.String("outcome", d.Outcome.String()),
+		slog.Int("status", d.Status),
+		slog.String("message_id", d.Delivery.MessageID),
+		slog.Int("retried", d.Delivery.Retried),
+	}
+	if !d.Event.ID.IsZero() {
+		attrs = append(attrs, slog.String("event_id", d.Event.ID.String()), slog.String("event_type", d.Event.Type))
+	}
+	if d.Err != nil {
+		attrs = append(attrs, slog.Any("error", d.Err))
+	}
+	level := slog.LevelDebug
+	msg := "qstash: delivery handled"
+	var pe *core.PanicError
+	switch {
+	case errors.As(d.Err, &pe):
+		level, msg = slog.LevelError, "qstash: handler panicked"
+		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
+	case d.Err != nil:
+		level, msg = slog.LevelWarn, "qstash: delivery refused or failed"
+	}
+	rc.log.LogAttrs(ctx, level, msg, attrs...)
+}

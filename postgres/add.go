@@ -1,0 +1,148 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// Add writes events to the outbox through tx, normally the caller's own
+// transaction, so they commit or roll back with the business change. It
+// validates every event first (core.Event.Validate, the payload size limit,
+// and what jsonb cannot store) and writes nothing if any is invalid,
+// returning a *core.ValidationError.
+//
+// Add costs one round trip whatever the number of events: one INSERT ...
+// SELECT FROM unnest(...) statement, which with ordering on also bumps the
+// aggregates' sequence counters and, with NOTIFY on, sends the wake-up. The
+// wake-up has a constant payload, which PostgreSQL delivers once per
+// transaction however many Add calls the transaction makes; that matters
+// because NOTIFY takes a database-wide lock at commit.
+//
+// A zero CreatedAt or AvailableAt becomes the database's now() (the
+// transaction's start); a zero SchemaVersion becomes 1. With ordering on,
+// Sequence is assigned for events with an AggregateID (any value given is
+// replaced). An event whose ID is already stored fails with an error
+// matching ErrDuplicateEvent, and like any statement error it aborts tx.
+func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	if tx == nil {
+		return &core.ConfigError{Field: "tx", Reason: "is nil: pass the transaction that writes your business rows"}
+	}
+	if err := s.validateEvents(events); err != nil {
+		return err
+	}
+
+	n := len(events)
+	var (
+		ids        = make([]pgtype.UUID, n)
+		types      = make([]string, n)
+		versions   = make([]int32, n)
+		sources    = make([]string, n)
+		aggTypes   = make([]string, n)
+		aggIDs     = make([]string, n)
+		seqs       = make([]pgtype.Int8, n)
+		payloads   = make([]json.RawMessage, n)
+		headers    = make([]json.RawMessage, n)
+		dests      = make([]string, n)
+		createdAt  = make([]pgtype.Timestamptz, n)
+		availAt    = make([]pgtype.Timestamptz, n)
+		aggregated bool
+	)
+	for i := range events {
+		e := &events[i]
+		ids[i] = pgtype.UUID{Bytes: e.ID, Valid: true}
+		types[i] = e.Type
+		versions[i] = int32(max(e.SchemaVersion, 1))
+		sources[i] = e.Source
+		aggTypes[i] = e.AggregateType
+		aggIDs[i] = e.AggregateID
+		aggregated = aggregated || e.AggregateID != ""
+		seqs[i] = pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0}
+		payloads[i] = e.Payload
+		headers[i] = json.RawMessage(emptyObjectJSON)
+		if len(e.Headers) > 0 {
+			h, err := json.Marshal(e.Headers)
+			if err != nil { // cannot happen for map[string]string
+				return fmt.Errorf("outboxkit/postgres: encode headers of event %s: %w", e.ID, err)
+			}
+			headers[i] = h
+		}
+		dests[i] = e.Destination
+		createdAt[i] = optionalTime(e.CreatedAt)
+		availAt[i] = optionalTime(e.AvailableAt)
+	}
+
+	sql := s.addSQL
+	if s.cfg.Ordering && aggregated {
+		sql = s.addOrderedSQL
+	}
+	args := []any{ids, types, versions, sources, aggTypes, aggIDs, seqs, payloads, headers, dests, createdAt, availAt}
+	if !s.cfg.DisableNotify {
+		args = append(args, s.cfg.Channel)
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return wrap("add events", err)
+	}
+	return nil
+}
+
+// emptyObjectJSON is what headers hold when an event has none.
+const emptyObjectJSON = "{}"
+
+func optionalTime(t time.Time) pgtype.Timestamptz {
+	return pgtype.Timestamptz{Time: t, Valid: !t.IsZero()}
+}
+
+// validateEvents checks every event before anything is sent, so an invalid
+// batch writes nothing and does not abort the caller's transaction.
+func (s *Store) validateEvents(events []core.Event) error {
+	var seen map[core.ID]struct{}
+	if len(events) > 1 {
+		seen = make(map[core.ID]struct{}, len(events))
+	}
+	for i := range events {
+		e := &events[i]
+		if err := e.Validate(); err != nil {
+			return err
+		}
+		if err := e.ValidatePayloadSize(s.cfg.MaxPayloadBytes); err != nil {
+			return err
+		}
+		if hasNULEscape(e.Payload) {
+			return &core.ValidationError{EventID: e.ID, Field: "Payload",
+				Reason: `contains the escape \u0000, which PostgreSQL's jsonb cannot store: drop or replace the NUL character`}
+		}
+		if seen != nil {
+			if _, dup := seen[e.ID]; dup {
+				return &core.ValidationError{EventID: e.ID, Field: "ID", Reason: "appears twice in one Add call: every event needs its own ID"}
+			}
+			seen[e.ID] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// hasNULEscape reports whether JSON text contains the escape \u0000 (jsonb
+// refuses it) — that is, a backslash-u0000 preceded by an even number of
+// backslashes, so an escaped backslash followed by "u0000" does not count.
+func hasNULEscape(b []byte) bool {
+	for i := 0; i+6 <= len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		// b[i] starts an escape: look at what it escapes.
+		if b[i+1] == 'u' && string(b[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // skip the escaped character (which may be a backslash)
+	}
+	return false
+}

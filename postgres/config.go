@@ -1,0 +1,167 @@
+package postgres
+
+import (
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// DefaultMaxPayloadBytes is 1 MiB: the message size limit of QStash's
+// smallest plan, so that an event the store accepts can be delivered by the
+// default transport. Raise it (Config.MaxPayloadBytes) if your transport takes
+// more.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// Config configures a Store. The zero value is usable: every field says its
+// default.
+type Config struct {
+	// Schema is the PostgreSQL schema holding the outbox tables. Several
+	// tenants can share a database with one schema each. It must be a plain
+	// identifier (letters, digits, underscores, not starting with a digit, at
+	// most 63 bytes); it is quoted, so it is case-sensitive. Defaults to
+	// "public".
+	Schema string
+
+	// Table is the outbox table's name; the store's other tables are named
+	// after it (<Table>_aggregates, <Table>_processed). Same rules as Schema,
+	// at most 40 bytes so the derived names fit. Defaults to "outbox_events".
+	Table string
+
+	// MaxPayloadBytes refuses events whose payload is larger, before anything
+	// is written. Defaults to DefaultMaxPayloadBytes (1 MiB, QStash's smallest
+	// plan limit). A negative value means no limit.
+	MaxPayloadBytes int
+
+	// Ordering turns on per-aggregate ordering: Add assigns each event with an
+	// AggregateID a Sequence within its (AggregateType, AggregateID), and
+	// Claim hands out only the head of each aggregate (its lowest pending
+	// Sequence), never while an earlier event of that aggregate is leased. A
+	// failing head blocks its aggregate only; once dead-lettered it no longer
+	// blocks. Events without an AggregateID are unordered. Every writer and
+	// every relay of one table must agree on this setting. Defaults to false.
+	Ordering bool
+
+	// DisableNotify stops Add from sending NOTIFY, and makes Listen a no-op
+	// that waits for its context. Relays then find events by polling alone.
+	// Consider it when writers commit thousands of transactions per second:
+	// NOTIFY takes a database-wide lock at commit. Defaults to false (NOTIFY
+	// on).
+	DisableNotify bool
+
+	// Channel is the LISTEN/NOTIFY channel. Defaults to "<Schema>.<Table>"
+	// (hashed when longer than 63 bytes), so tenants sharing a database do not
+	// wake each other's relays.
+	Channel string
+
+	// ListenBackoffMax caps the delay between the listener's reconnection
+	// attempts, which starts at 100ms and doubles. Defaults to 10s.
+	ListenBackoffMax time.Duration
+
+	// Logger receives the listener's reconnection warnings. Defaults to a
+	// logger that discards.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if c.Channel == "" {
+		c.Channel = defaultChannel(c.Schema, c.Table)
+	}
+	if c.ListenBackoffMax == 0 {
+		c.ListenBackoffMax = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() (names, error) {
+	n, err := newNames(c.Schema, c.Table)
+	if err != nil {
+		return names{}, err
+	}
+	if err := validateChannel(c.Channel); err != nil {
+		return names{}, err
+	}
+	if c.ListenBackoffMax < 0 {
+		return names{}, &core.ConfigError{Field: "ListenBackoffMax", Reason: "must not be negative"}
+	}
+	return n, nil
+}
+
+// DeduperConfig configures a Deduper. The zero value is usable.
+type DeduperConfig struct {
+	// Schema holds the processed-events table. Defaults to "public".
+	Schema string
+	// Table is the outbox table name the migrations were run with; the
+	// processed-events table is <Table>_processed. A consumer database runs
+	// the same migrations (the outbox table then stays empty). Defaults to
+	// "outbox_events".
+	Table string
+	// PruneBatchSize bounds each delete statement of Prune. Defaults to 1000.
+	PruneBatchSize int
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c DeduperConfig) WithDefaults() DeduperConfig {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.PruneBatchSize == 0 {
+		c.PruneBatchSize = defaultPruneBatch
+	}
+	return c
+}
+
+func (c DeduperConfig) validate() (names, error) {
+	if c.PruneBatchSize < 1 {
+		return names{}, &core.ConfigError{Field: "PruneBatchSize", Reason: "must be at least 1"}
+	}
+	return newNames(c.Schema, c.Table)
+}
+
+// MigrateConfig names what the migrations create. The zero value is usable.
+type MigrateConfig struct {
+	// Schema to create the tables in; it is created if missing. Defaults to
+	// "public".
+	Schema string
+	// Table is the outbox table's name; the other tables are named after it.
+	// Defaults to "outbox_events".
+	Table string
+	// Logger receives a line per applied or reverted version. Defaults to a
+	// logger that discards.
+	Logger *slog.Logger
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c MigrateConfig) WithDefaults() MigrateConfig {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+// defaultPruneBatch bounds each pruning DELETE so it never holds many row
+// locks or produces a long burst of WAL.
+const defaultPruneBatch = 1000

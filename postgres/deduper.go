@@ -1,0 +1,138 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// Deduper implements core.Deduper on PostgreSQL: it records (consumer, event
+// ID) in <Table>_processed in the same transaction as the effect, which it
+// hands to the effect through the context (TxFromContext).
+type Deduper struct {
+	pool     *pgxpool.Pool
+	cfg      DeduperConfig
+	n        names
+	insert   string
+	pruneSQL string
+}
+
+var _ core.Deduper = (*Deduper)(nil)
+
+// NewDeduper returns a Deduper on pool; cfg may be nil for the defaults. It
+// performs no I/O: run Migrate for the same schema and table first.
+func NewDeduper(pool *pgxpool.Pool, cfg *DeduperConfig) (*Deduper, error) {
+	if pool == nil {
+		return nil, &core.ConfigError{Field: "pool", Reason: "is nil"}
+	}
+	var c DeduperConfig
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.WithDefaults()
+	n, err := c.validate()
+	if err != nil {
+		return nil, err
+	}
+	return &Deduper{
+		pool: pool, cfg: c, n: n,
+		insert: `INSERT INTO ` + n.processed + ` (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		pruneSQL: `DELETE FROM ` + n.processed + ` t USING (
+SELECT consumer, event_id FROM ` + n.processed + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED
+) v WHERE t.consumer = v.consumer AND t.event_id = v.event_id`,
+	}, nil
+}
+
+// Once implements core.Deduper. It begins a transaction, inserts the key
+// (doing nothing if it is there), runs effect only when the key is new, and
+// commits. effect must write through the transaction TxFromContext returns to
+// be atomic with the record; if it fails, the transaction rolls back, nothing
+// is recorded, and Once returns the effect's error unchanged (so
+// core.Permanent marks survive).
+//
+// Concurrent calls with one key serialise on the key's unique index: the
+// others wait for the first transaction and then find the key recorded (or,
+// if it rolled back, one of them runs the effect).
+func (d *Deduper) Once(ctx context.Context, key core.DedupeKey, effect func(ctx context.Context) error) (applied bool, err error) {
+	if key.Consumer == "" {
+		return false, &core.ConfigError{Field: "DedupeKey.Consumer", Reason: "is empty: name the consumer (one stable name per effect)"}
+	}
+	if key.EventID.IsZero() {
+		return false, &core.ValidationError{Field: "ID", Reason: "is the nil UUID", Err: core.ErrInvalidID}
+	}
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return false, wrap("deduper: begin", err)
+	}
+	defer func() {
+		if !applied {
+			// Rolling back must happen even when ctx is done.
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	tag, err := tx.Exec(ctx, d.insert, key.Consumer, pgtype.UUID{Bytes: key.EventID, Valid: true})
+	if err != nil {
+		return false, wrap("deduper: record event", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil // already applied
+	}
+	if err := effect(context.WithValue(ctx, txKey{}, tx)); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, wrap("deduper: commit", err)
+	}
+	return true, nil
+}
+
+// Prune deletes processed-event records older than processedBefore, in
+// statements of at most PruneBatchSize rows, and returns how many it
+// deleted. Keep records for longer than any transport may redeliver (QStash
+// retries for days, replays for as long as you keep published events).
+func (d *Deduper) Prune(ctx context.Context, processedBefore time.Time) (int64, error) {
+	if processedBefore.IsZero() {
+		return 0, fmt.Errorf("outboxkit/postgres: deduper prune: processedBefore is zero")
+	}
+	var total int64
+	for {
+		tag, err := d.pool.Exec(ctx, d.pruneSQL, processedBefore, d.cfg.PruneBatchSize)
+		if err != nil {
+			return total, wrap("deduper prune", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(d.cfg.PruneBatchSize) {
+			return total, nil
+		}
+	}
+}
+
+type txKey struct{}
+
+// TxFromContext returns the transaction a Deduper runs an effect in. Effects
+// write their changes through it so the changes and the processed record
+// commit together.
+func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
+	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
+	return tx, ok
+}
+
+// Effect adapts a function that writes through the Deduper's transaction to a
+// core.Handler. Run the handler through the Deduper (core.Idempotent,
+// core.ApplyOnce); called any other way it fails with ErrNoTx instead of
+// writing outside the transaction.
+func Effect(fn func(ctx context.Context, tx pgx.Tx, e core.Event) error) core.Handler {
+	return core.HandlerFunc(func(ctx context.Context, e core.Event) error {
+		tx, ok := TxFromContext(ctx)
+		if !ok {
+			return fmt.Errorf("event %s (%s): %w", e.ID, e.Type, ErrNoTx)
+		}
+		return fn(ctx, tx, e)
+	})
+}

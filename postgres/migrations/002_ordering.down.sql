@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS {{.Schema}}.{{.AggregateIndex}};
+DROP TABLE IF EXISTS {{.Aggregates}};

@@ -1,0 +1,195 @@
+package postgres
+
+import "strings"
+
+// The store's SQL. Each text is built once per Store from validated, quoted
+// names (the only things ever spliced in); values always travel as
+// parameters.
+//
+// "now" is COALESCE($n::timestamptz, now()): the database clock unless the
+// relay runs on a test clock and passes its time. One text serves both, so
+// one prepared statement does.
+
+// eventColumns are the columns a claimed event is read from, in the order
+// scanEvent expects.
+const eventColumns = `id, event_type, schema_version, source, aggregate_type, aggregate_id, sequence,
+	payload, headers, destination, created_at, available_at, attempts`
+
+// recordColumns add the bookkeeping columns operators look at.
+const recordColumns = eventColumns + `, published_at, dead_at, lease_until, last_error`
+
+// unnestEvents turns the parameter arrays Add sends into rows, in the order
+// given (ord keeps it through joins and sorts).
+const unnestEvents = `unnest($1::uuid[], $2::text[], $3::int4[], $4::text[], $5::text[], $6::text[], $7::int8[],
+	$8::jsonb[], $9::jsonb[], $10::text[], $11::timestamptz[], $12::timestamptz[])
+	WITH ORDINALITY AS u(id, event_type, schema_version, source, aggregate_type, aggregate_id, sequence,
+	payload, headers, destination, created_at, available_at, ord)`
+
+const insertColumns = `(id, event_type, schema_version, source, aggregate_type, aggregate_id, sequence,
+	payload, headers, destination, created_at, available_at)`
+
+// addSQL inserts a batch of events in one statement. ORDER BY u.ord makes the
+// identity column (pos) follow the caller's order.
+func addSQL(n names, notify bool) string {
+	ins := `INSERT INTO ` + n.outbox + ` ` + insertColumns + `
+SELECT u.id, u.event_type, u.schema_version, u.source, u.aggregate_type, u.aggregate_id, u.sequence,
+	u.payload, u.headers, u.destination, COALESCE(u.created_at, now()), COALESCE(u.available_at, now())
+FROM ` + unnestEvents + `
+ORDER BY u.ord`
+	if !notify {
+		return ins
+	}
+	// The data-modifying CTE runs to completion whatever the outer query
+	// reads; the outer SELECT sends the wake-up in the same round trip.
+	return "WITH ins AS (\n" + ins + "\n)\nSELECT pg_notify($13, '')"
+}
+
+// addOrderedSQL also assigns per-aggregate sequences: it bumps each
+// aggregate's counter by its number of events (locking counter rows in key
+// order, so two writers cannot deadlock on one another's aggregates) and
+// numbers the aggregate's events from the old value, in the caller's order.
+// The counter row lock is held until commit, so a concurrent writer of the
+// same aggregate waits and continues from the committed value: sequences
+// become visible in sequence order.
+func addOrderedSQL(n names, notify bool) string {
+	s := `WITH u AS MATERIALIZED (
+SELECT * FROM ` + unnestEvents + `
+), c AS (
+SELECT aggregate_type, aggregate_id, count(*) AS n FROM u
+WHERE aggregate_id <> ''
+GROUP BY aggregate_type, aggregate_id
+), bumped AS (
+INSERT INTO ` + n.aggregates + ` AS a (aggregate_type, aggregate_id, last_sequence)
+SELECT aggregate_type, aggregate_id, n FROM c ORDER BY aggregate_type, aggregate_id
+ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = a.last_sequence + excluded.last_sequence
+RETURNING a.aggregate_type, a.aggregate_id, a.last_sequence
+), ins AS (
+INSERT INTO ` + n.outbox + ` ` + insertColumns + `
+SELECT u.id, u.event_type, u.schema_version, u.source, u.aggregate_type, u.aggregate_id,
+	CASE WHEN u.aggregate_id <> '' THEN b.last_sequence - c.n
+		+ row_number() OVER (PARTITION BY u.aggregate_type, u.aggregate_id ORDER BY u.ord)
+	ELSE u.sequence END,
+	u.payload, u.headers, u.destination, COALESCE(u.created_at, now()), COALESCE(u.available_at, now())
+FROM u
+LEFT JOIN c ON c.aggregate_type = u.aggregate_type AND c.aggregate_id = u.aggregate_id
+LEFT JOIN bumped b ON b.aggregate_type = u.aggregate_type AND b.aggregate_id = u.aggregate_id
+ORDER BY u.ord
+)
+`
+	if notify {
+		return s + "SELECT pg_notify($13, '')"
+	}
+	return s + "SELECT 1"
+}
+
+// claimSQL leases up to $2 due events in one statement. The CTE walks the
+// pending index in (available_at, pos) order, skipping rows another claim has
+// locked; the UPDATE touches only unindexed columns (HOT). Parameters: $1
+// now override, $2 limit, $3 lease token, $4 lease duration.
+//
+// With ordering, a row with a sequence is due only when no pending row of its
+// aggregate has a lower sequence: a leased or retrying head keeps the rest of
+// its aggregate back, a dead-lettered one does not (it is no longer pending).
+func claimSQL(n names, ordered bool) string {
+	head := ""
+	if ordered {
+		head = `
+	AND (o.sequence IS NULL OR NOT EXISTS (
+		SELECT 1 FROM ` + n.outbox + ` p
+		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+			AND p.sequence < o.sequence
+			AND p.published_at IS NULL AND p.dead_at IS NULL))`
+	}
+	return `WITH due AS (
+SELECT o.id FROM ` + n.outbox + ` o
+WHERE o.published_at IS NULL AND o.dead_at IS NULL
+	AND o.available_at <= COALESCE($1::timestamptz, now())
+	AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
+ORDER BY o.available_at, o.pos
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + n.outbox + ` t
+SET lease_token = $3,
+	lease_until = COALESCE($1::timestamptz, now()) + $4::interval,
+	attempts = t.attempts + 1
+FROM due
+WHERE t.id = due.id
+RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos`
+}
+
+// Outcome kinds as stored in settle's kind array. They are this package's
+// own numbers, independent of core's constants.
+const (
+	kindPublished = 1
+	kindRetry     = 2
+	kindDead      = 3
+	kindReleased  = 4
+)
+
+// settleSQL settles a batch of outcomes in one statement, only on rows whose
+// lease token is still $1; RETURNING tells which rows that was. Columns left
+// alone keep their value, which PostgreSQL recognises, so a release (lease
+// columns and attempts only) stays a HOT update. Parameters: $1 token, $2
+// now override, $3 ids, $4 kinds, $5 errors, $6 delays in microseconds.
+func settleSQL(n names) string {
+	return `UPDATE ` + n.outbox + ` t
+SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) ELSE t.published_at END,
+	dead_at = CASE WHEN s.kind = 3 THEN COALESCE($2::timestamptz, now()) ELSE t.dead_at END,
+	available_at = CASE WHEN s.kind = 2
+		THEN COALESCE($2::timestamptz, now()) + s.delay_us * interval '1 microsecond'
+		ELSE t.available_at END,
+	attempts = CASE WHEN s.kind = 4 THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+	last_error = CASE WHEN s.kind IN (2, 3) THEN s.error ELSE t.last_error END,
+	lease_token = NULL,
+	lease_until = NULL
+FROM unnest($3::uuid[], $4::int4[], $5::text[], $6::int8[]) AS s(id, kind, error, delay_us)
+WHERE t.id = s.id AND t.lease_token = $1
+RETURNING t.id`
+}
+
+// publishSQL is settleSQL for the common batch where every event was
+// published: no per-row CASE, and a single array to send.
+func publishSQL(n names) string {
+	return `UPDATE ` + n.outbox + `
+SET published_at = COALESCE($2::timestamptz, now()), lease_token = NULL, lease_until = NULL
+WHERE id = ANY($3::uuid[]) AND lease_token = $1
+RETURNING id`
+}
+
+// pruneSQL deletes one bounded batch of published rows, oldest first, through
+// the published index. Rows a replay has locked are skipped, not waited for.
+func pruneSQL(n names) string {
+	return `WITH victims AS (
+SELECT id FROM ` + n.outbox + `
+WHERE published_at < $1
+ORDER BY published_at
+LIMIT $2
+FOR UPDATE SKIP LOCKED
+)
+DELETE FROM ` + n.outbox + ` t USING victims v WHERE t.id = v.id`
+}
+
+// statsSQL reads a snapshot in one statement; age is computed with the
+// database clock.
+func statsSQL(n names) string {
+	return `WITH p AS MATERIALIZED (
+SELECT created_at, attempts, lease_until FROM ` + n.outbox + `
+WHERE published_at IS NULL AND dead_at IS NULL
+)
+SELECT
+	(SELECT count(*) FROM p),
+	(SELECT min(created_at) FROM p),
+	(SELECT count(*) FROM p WHERE lease_until > now()),
+	(SELECT count(*) FROM ` + n.outbox + ` WHERE dead_at IS NOT NULL),
+	(SELECT COALESCE(jsonb_object_agg(attempts, k), '{}') FROM (SELECT attempts, count(*) AS k FROM p GROUP BY attempts) a),
+	now()`
+}
+
+func prefixed(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		parts[i] = prefix + strings.TrimSpace(p)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// DBTX is what Add needs from the caller: something that can execute one
+// statement. pgx.Tx, *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn all satisfy
+// it. Pass the transaction that writes your business rows, so the events
+// commit (or roll back) with them.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+}
+
+// Store is the PostgreSQL outbox. Writers call Add inside their own
+// transactions; relays use it as a core.Store through Claim and Settle, and
+// discover its optional capabilities (core.Notifier, core.StatsReader,
+// core.Replayer, core.Pruner) by type assertion. Operators have Get,
+// DeadLetters and Purge.
+//
+// A Store is safe for concurrent use, and any number of Stores in any number
+// of processes may share one table.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	n    names
+
+	// SQL texts, built once from the validated names.
+	addSQL, addOrderedSQL, claimSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
+}
+
+// Interface checks: the capabilities the relay and operators look for.
+var (
+	_ core.Store       = (*Store)(nil)
+	_ core.Notifier    = (*Store)(nil)
+	_ core.StatsReader = (*Store)(nil)
+	_ core.Replayer    = (*Store)(nil)
+	_ core.Pruner      = (*Store)(nil)
+)
+
+// New returns a Store on pool, which serves the relay side (claims,
+// settlements, the listener's configuration). cfg may be nil for the
+// defaults. New validates the configuration and performs no I/O: run Migrate
+// once before using the store, or every call fails with ErrNotMigrated.
+func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
+	if pool == nil {
+		return nil, &core.ConfigError{Field: "pool", Reason: "is nil: pass the *pgxpool.Pool the relay should use"}
+	}
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.WithDefaults()
+	n, err := c.validate()
+	if err != nil {
+		return nil, err
+	}
+	notify := !c.DisableNotify
+	return &Store{
+		pool:          pool,
+		cfg:           c,
+		n:             n,
+		addSQL:        addSQL(n, notify),
+		addOrderedSQL: addOrderedSQL(n, notify),
+		claimSQL:      claimSQL(n, c.Ordering),
+		settleSQL:     settleSQL(n),
+		publishSQL:    publishSQL(n),
+		pruneSQL:      pruneSQL(n),
+		statsSQL:      statsSQL(n),
+	}, nil
+}
+
+// Config returns the store's configuration with defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+// wrap prefixes a failed operation and translates the driver's error.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &opError{op: op, err: interpretError(err)}
+}
+
+// opError names the failed operation while keeping the cause's chain
+// (sentinels and *pgconn.PgError) reachable.
+type opError struct {
+	op  string
+	err error
+}
+
+func (e *opError) Error() string { return "outboxkit/postgres: " + e.op + ": " + e.err.Error() }
+func (e *opError) Unwrap() error { return e.err }
+

@@ -22,7 +22,8 @@ const maxErrorBytes = 4096
 // Claim leases up to req.Limit due events under a fresh lease token in one
 // statement (see the package documentation for its SQL). Due means: neither
 // published nor dead-lettered, AvailableAt reached, and no live lease; with
-// ordering on, also the head of its aggregate. The events come back in the
+// ordering on, also the head of its aggregate; with req.Destination set, also
+// bound for that destination. The events come back in the
 // order they were selected: AvailableAt, then insertion order.
 //
 // "Now" is the database's now() unless req.Now is set, so relays on hosts
@@ -35,8 +36,13 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 		return core.Batch{}, fmt.Errorf("outboxkit/postgres: claim: LeaseFor is %v; it must be positive", req.LeaseFor)
 	}
 	token := core.NewID()
-	rows, err := s.pool.Query(ctx, s.claimSQL,
-		optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor)
+	sql := s.claimSQL
+	args := []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor}
+	if req.Destination != "" {
+		sql = s.claimDestSQL
+		args = append(args, req.Destination)
+	}
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return core.Batch{}, wrap("claim", err)
 	}

@@ -366,7 +366,7 @@ func (m *Migrator) appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]stru
 // templateNames are the fields migration templates may use: every one is a
 // validated, quoted identifier.
 type templateNames struct {
-	Schema, Outbox, Aggregates, Processed                                  string
+	Schema, Outbox, Aggregates, Processed                                   string
 	PendingIndex, PublishedIndex, DeadIndex, AggregateIndex, ProcessedIndex string
 }
 

@@ -29,11 +29,13 @@ const insertColumns = `(id, event_type, schema_version, source, aggregate_type, 
 	payload, headers, destination, created_at, available_at)`
 
 // addSQL inserts a batch of events in one statement. ORDER BY u.ord makes the
-// identity column (pos) follow the caller's order.
+// identity column (pos) follow the caller's order. A zero AvailableAt means
+// CreatedAt (core.Event's contract), and a zero CreatedAt the transaction's
+// now().
 func addSQL(n names, notify bool) string {
 	ins := `INSERT INTO ` + n.outbox + ` ` + insertColumns + `
 SELECT u.id, u.event_type, u.schema_version, u.source, u.aggregate_type, u.aggregate_id, u.sequence,
-	u.payload, u.headers, u.destination, COALESCE(u.created_at, now()), COALESCE(u.available_at, now())
+	u.payload, u.headers, u.destination, COALESCE(u.created_at, now()), COALESCE(u.available_at, u.created_at, now())
 FROM ` + unnestEvents + `
 ORDER BY u.ord`
 	if !notify {
@@ -69,7 +71,7 @@ SELECT u.id, u.event_type, u.schema_version, u.source, u.aggregate_type, u.aggre
 	CASE WHEN u.aggregate_id <> '' THEN b.last_sequence - c.n
 		+ row_number() OVER (PARTITION BY u.aggregate_type, u.aggregate_id ORDER BY u.ord)
 	ELSE u.sequence END,
-	u.payload, u.headers, u.destination, COALESCE(u.created_at, now()), COALESCE(u.available_at, now())
+	u.payload, u.headers, u.destination, COALESCE(u.created_at, now()), COALESCE(u.available_at, u.created_at, now())
 FROM u
 LEFT JOIN c ON c.aggregate_type = u.aggregate_type AND c.aggregate_id = u.aggregate_id
 LEFT JOIN bumped b ON b.aggregate_type = u.aggregate_type AND b.aggregate_id = u.aggregate_id
@@ -90,10 +92,18 @@ ORDER BY u.ord
 // With ordering, a row with a sequence is due only when no pending row of its
 // aggregate has a lower sequence: a leased or retrying head keeps the rest of
 // its aggregate back, a dead-lettered one does not (it is no longer pending).
-func claimSQL(n names, ordered bool) string {
+//
+// With byDestination, $5 restricts the claim to one destination (see
+// core.ClaimRequest.Destination). It is a separate text rather than an OR on
+// an empty parameter, so the common claim's plan carries no dead condition.
+func claimSQL(n names, ordered, byDestination bool) string {
 	head := ""
-	if ordered {
+	if byDestination {
 		head = `
+	AND o.destination = $5`
+	}
+	if ordered {
+		head += `
 	AND (o.sequence IS NULL OR NOT EXISTS (
 		SELECT 1 FROM ` + n.outbox + ` p
 		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id

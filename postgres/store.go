@@ -31,7 +31,7 @@ type Store struct {
 	n    names
 
 	// SQL texts, built once from the validated names.
-	addSQL, addOrderedSQL, claimSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
+	addSQL, addOrderedSQL, claimSQL, claimDestSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
 }
 
 // Interface checks: the capabilities the relay and operators look for.
@@ -67,7 +67,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		n:             n,
 		addSQL:        addSQL(n, notify),
 		addOrderedSQL: addOrderedSQL(n, notify),
-		claimSQL:      claimSQL(n, c.Ordering),
+		claimSQL:      claimSQL(n, c.Ordering, false),
+		claimDestSQL:  claimSQL(n, c.Ordering, true),
 		settleSQL:     settleSQL(n),
 		publishSQL:    publishSQL(n),
 		pruneSQL:      pruneSQL(n),
@@ -95,4 +96,3 @@ type opError struct {
 
 func (e *opError) Error() string { return "outboxkit/postgres: " + e.op + ": " + e.err.Error() }
 func (e *opError) Unwrap() error { return e.err }
-

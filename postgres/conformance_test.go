@@ -1,0 +1,48 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/core/coretest"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// storeFactory gives every call a fresh migrated schema on one shared pool,
+// and writes each batch in its own transaction as a service would.
+func storeFactory(t *testing.T, maxConns int32) coretest.StoreFactory {
+	pool := pgtest.Pool(t, maxConns)
+	return func(t *testing.T, opts coretest.StoreOptions) (core.Store, coretest.WriteFunc) {
+		db := testDB{pool: pool, schema: migratedSchema(t, pool)}
+		s := newStore(t, db, postgres.Config{Ordering: opts.Ordering})
+		return s, func(ctx context.Context, events ...core.Event) error {
+			return addTx(ctx, s, pool, events...)
+		}
+	}
+}
+
+func TestStoreConformance(t *testing.T) {
+	t.Parallel()
+	coretest.TestStore(t, storeFactory(t, 8), coretest.StoreFeatures{
+		Ordering: true, Notifier: true, Stats: true, Replay: true, Prune: true, DestinationFilter: true,
+	})
+}
+
+func TestFaults(t *testing.T) {
+	t.Parallel()
+	coretest.TestFaults(t, storeFactory(t, 4), coretest.FaultOptions{})
+}
+
+func TestDeduperConformance(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, 8)
+	coretest.TestDeduper(t, func(t *testing.T) core.Deduper {
+		d, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: migratedSchema(t, pool)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	})
+}

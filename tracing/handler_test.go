@@ -1,0 +1,146 @@
+package tracing_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/outboxkit/outboxkit/adapters/memory"
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/tracing"
+)
+
+func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
+	t.Parallel()
+	env := newOtelEnv(t, tracing.WithMessagingSystem("nats"))
+	_, producer := env.tracer().Start(context.Background(), "producer", trace.WithSpanKind(trace.SpanKindProducer))
+	e := mustEvent(t, "order.placed")
+	events := []core.Event{e}
+	tracing.Inject(trace.ContextWithSpan(context.Background(), producer), events, env.opts...)
+	producer.End()
+
+	// The receiver's own server span is ambient in ctx.
+	ctx, server := env.tracer().Start(context.Background(), "POST /hooks", trace.WithSpanKind(trace.SpanKindServer))
+	defer server.End()
+	var inHandler trace.SpanContext
+	h := tracing.HandlerMiddleware(env.opts...)(core.HandlerFunc(func(ctx context.Context, e core.Event) error {
+		inHandler = trace.SpanContextFromContext(ctx)
+		return errors.New("database down")
+	}))
+	if err := h.Handle(ctx, events[0]); err == nil {
+		t.Fatal("handler error swallowed")
+	}
+
+	span := env.oneSpan(t, "process", e.ID)
+	if span.SpanKind() != trace.SpanKindConsumer {
+		t.Errorf("kind = %v, want consumer", span.SpanKind())
+	}
+	if span.Parent().SpanID() != producer.SpanContext().SpanID() || span.SpanContext().TraceID() != producer.SpanContext().TraceID() {
+		t.Errorf("consumer span parent = %v, want the producer span %v", span.Parent(), producer.SpanContext())
+	}
+	if !hasLink(span, producer.SpanContext()) || !hasLink(span, server.SpanContext()) {
+		t.Errorf("consumer span should link to the producer and the ambient server span; links: %v", span.Links())
+	}
+	if inHandler.SpanID() != span.SpanContext().SpanID() {
+		t.Errorf("handler runs under span %s, want the consumer span", inHandler.SpanID())
+	}
+	wantAttrs(t, span,
+		attribute.String("messaging.system", "nats"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.message.id", e.ID.String()),
+		attribute.String("error.type", "transient"),
+	)
+	if span.Status().Code != codes.Error {
+		t.Errorf("status = %v, want error", span.Status())
+	}
+}
+
+func TestHandlerMiddlewareWithoutTraceContext(t *testing.T) {
+	t.Parallel()
+	env := newOtelEnv(t)
+	h := tracing.HandlerMiddleware(env.opts...)(core.HandlerFunc(func(context.Context, core.Event) error { return nil }))
+	if err := h.Handle(context.Background(), mustEvent(t, "a")); err != nil {
+		t.Fatal(err)
+	}
+	span := env.oneSpan(t, "process", core.ID{})
+	if span.Parent().IsValid() || len(span.Links()) != 0 {
+		t.Errorf("root consumer span got parent %v, links %v", span.Parent(), span.Links())
+	}
+}
+
+func TestHandlerMiddlewarePanicEndsSpan(t *testing.T) {
+	t.Parallel()
+	env := newOtelEnv(t)
+	h := core.ChainHandler(core.HandlerFunc(func(context.Context, core.Event) error { panic("boom") }),
+		core.Recover(), tracing.HandlerMiddleware(env.opts...))
+	// Recover is outside: the panic goes through the middleware, which must
+	// still end its span.
+	var pe *core.PanicError
+	if err := h.Handle(context.Background(), mustEvent(t, "a")); !errors.As(err, &pe) {
+		t.Fatalf("Handle = %v, want a *core.PanicError", err)
+	}
+	span := env.oneSpan(t, "process", core.ID{})
+	wantAttrs(t, span, attribute.String("error.type", "panic"))
+}
+
+func TestDeduperRecordsTheDecision(t *testing.T) {
+	t.Parallel()
+	env := newOtelEnv(t)
+	var applied int
+	h := core.ChainHandler(core.HandlerFunc(func(context.Context, core.Event) error { applied++; return nil }),
+		tracing.HandlerMiddleware(env.opts...),
+		core.Idempotent(tracing.Deduper(memory.NewDeduper(), env.opts...), "billing"))
+	e := mustEvent(t, "a")
+	for range 2 {
+		if err := h.Handle(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if applied != 1 {
+		t.Fatalf("effect applied %d times, want 1", applied)
+	}
+	spans := env.spansNamed("process")
+	if len(spans) != 2 {
+		t.Fatalf("%d consumer spans, want 2", len(spans))
+	}
+	first, second := spans[0], spans[1]
+	wantAttrs(t, first, attribute.Bool("outboxkit.dedupe.applied", true), attribute.String("outboxkit.consumer", "billing"))
+	wantAttrs(t, second, attribute.Bool("outboxkit.dedupe.applied", false), attribute.String("outboxkit.consumer", "billing"))
+	if len(first.Events()) != 0 {
+		t.Errorf("first delivery has span events %v", first.Events())
+	}
+	if ev := second.Events(); len(ev) != 1 || ev[0].Name != tracing.DuplicateEventName {
+		t.Errorf("duplicate delivery's span events = %v, want one %q", ev, tracing.DuplicateEventName)
+	}
+}
+
+func TestDeduperFailedEffectRecordsNoDecision(t *testing.T) {
+	t.Parallel()
+	env := newOtelEnv(t)
+	d := tracing.Deduper(memory.NewDeduper(), env.opts...)
+	ctx, span := env.tracer().Start(context.Background(), "process")
+	applied, err := core.ApplyOnce(ctx, d, "billing", core.HandlerFunc(func(context.Context, core.Event) error {
+		return errors.New("failed")
+	}), mustEvent(t, "a"))
+	span.End()
+	if applied || err == nil {
+		t.Fatalf("ApplyOnce = %v, %v; want false and the effect's error", applied, err)
+	}
+	if got := attr(env.oneSpan(t, "process", core.ID{}), "outboxkit.dedupe.applied"); got.Type() != attribute.INVALID {
+		t.Errorf("failed effect recorded a decision: %v", got.Emit())
+	}
+}
+
+func TestDeduperUnwraps(t *testing.T) {
+	t.Parallel()
+	inner := memory.NewDeduper()
+	d := tracing.Deduper(inner)
+	u, ok := d.(interface{ Unwrap() core.Deduper })
+	if !ok || u.Unwrap() != inner {
+		t.Fatal("wrapped Deduper does not unwrap to the original")
+	}
+}

@@ -1,0 +1,250 @@
+package qstashdev
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"time"
+)
+
+// The credentials and address of Upstash's official local dev server. Tools
+// and SDKs that target "QStash on localhost" expect these values, so New uses
+// them unless Config says otherwise.
+const (
+	// DefaultAddr is the address the official dev server listens on.
+	DefaultAddr = "127.0.0.1:8080"
+	// DefaultToken is the bearer token the official dev server accepts.
+	DefaultToken = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
+	// DefaultCurrentSigningKey signs deliveries until the keys are rotated.
+	DefaultCurrentSigningKey = "sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r"
+	// DefaultNextSigningKey becomes the current key at the first rotation.
+	DefaultNextSigningKey = "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs"
+)
+
+// Config configures a Server. The zero value is usable: every field says its
+// default.
+type Config struct {
+	// Token is the bearer token every API request must carry (header
+	// "Authorization: Bearer <token>" or query parameter qstash_token).
+	// Defaults to DefaultToken.
+	Token string
+	// CurrentSigningKey signs every delivery. Defaults to
+	// DefaultCurrentSigningKey.
+	CurrentSigningKey string
+	// NextSigningKey is announced by GET /v2/keys and becomes current on
+	// rotation. Defaults to DefaultNextSigningKey. It must differ from
+	// CurrentSigningKey, or a rotation would change nothing.
+	NextSigningKey string
+
+	// MaxBodyBytes bounds a message body; a larger publish is answered 413,
+	// and a larger batch element gets an error element. It mirrors QStash's
+	// per-plan message size limit. Defaults to 1 MiB.
+	MaxBodyBytes int64
+	// Concurrency is the number of delivery attempts in flight at once,
+	// across all destinations. The server runs this many worker goroutines
+	// (no goroutine per message), and the default client keeps as many idle
+	// connections per host. Defaults to 64.
+	Concurrency int
+	// Client sends deliveries. Its CheckRedirect is replaced so redirects
+	// are never followed (QStash treats a 3xx as a failed attempt). Defaults
+	// to a client with its own transport, sized for Concurrency and without
+	// transparent compression, so bodies arrive as sent.
+	Client *http.Client
+	// Timeout bounds one delivery attempt when the message does not set
+	// Upstash-Timeout. QStash's own default is the plan's maximum (minutes);
+	// a local server is better off failing a hung endpoint sooner. Defaults
+	// to 30s.
+	Timeout time.Duration
+	// MaxResponseBytes bounds how much of a destination's response body is
+	// kept for callbacks and the DLQ; the rest is read and discarded so the
+	// connection can be reused. Defaults to 256 KiB.
+	MaxResponseBytes int64
+
+	// Backoff is the delay before retry n (n >= 1) when the failed response
+	// carries no Retry-After and the message has no Upstash-Retry-Delay.
+	// Defaults to QStash's min(86400, e^(2.5n)) seconds: 12s, 2m28s, 30m8s,
+	// 6h7m, then 24h.
+	Backoff func(n int) time.Duration
+	// BackoffScale multiplies every retry delay: the Backoff result, the
+	// Upstash-Retry-Delay result and a Retry-After hint (after its one-day
+	// cap). Tests set it to 0.001 so 12s becomes 12ms. It does not touch
+	// Upstash-Delay or Upstash-Not-Before, which are the publisher's
+	// schedule rather than the server's policy. Defaults to 1.
+	BackoffScale float64
+	// Clock is the time source for scheduling (delays, not-before, retries,
+	// flow-control rate windows), deduplication windows, timestamps and JWT
+	// claims. Tests pass a fake clock to move time instead of sleeping.
+	// Attempt timeouts use real time: they guard real network calls.
+	// Defaults to the system clock.
+	Clock Clock
+
+	// DeduplicationWindow is how long a deduplication ID is remembered.
+	// Defaults to 10 minutes, as in QStash.
+	DeduplicationWindow time.Duration
+	// MaxEvents bounds the event log (GET /v2/events); the oldest events are
+	// dropped first, so a long benchmark does not grow memory without bound.
+	// Defaults to 10,000.
+	MaxEvents int
+	// MaxDLQ bounds the dead-letter queue; the oldest entries are dropped
+	// first. QStash keeps entries for days; a dev server needs a bound
+	// instead. Defaults to 10,000.
+	MaxDLQ int
+
+	// Reject, when set, sees every authenticated API request before it is
+	// handled; a non-nil Rejection is answered instead. It lets tests
+	// simulate QStash's 429 quota and burst limits (see RateLimited and
+	// BurstRateLimited) or any other error status. It must not read the
+	// request body.
+	Reject func(r *http.Request) *Rejection
+
+	// Logger receives delivery failures and server errors. Defaults to a
+	// logger that discards.
+	Logger *slog.Logger
+}
+
+// Clock is the time source of a Server. A fake clock lets tests trigger
+// delayed deliveries and retries without sleeping. It has the shape of
+// core.Clock, so an adapter is a few lines.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a timer that fires once Now reaches now+d; d <= 0
+	// fires at once.
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer is the part of *time.Timer a Clock hands out.
+type Timer interface {
+	C() <-chan time.Time
+	Stop() bool
+}
+
+// SystemClock is the Clock of the operating system.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTimer returns a real timer.
+func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
+type systemTimer struct{ t *time.Timer }
+
+func (t systemTimer) C() <-chan time.Time { return t.t.C }
+func (t systemTimer) Stop() bool          { return t.t.Stop() }
+
+// QStashBackoff is QStash's default delay before retry n: min(86400, e^(2.5n))
+// seconds.
+func QStashBackoff(n int) time.Duration {
+	s := math.Min(86400, math.Exp(2.5*float64(n)))
+	return time.Duration(s * float64(time.Second))
+}
+
+// WithDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Token == "" {
+		c.Token = DefaultToken
+	}
+	if c.CurrentSigningKey == "" {
+		c.CurrentSigningKey = DefaultCurrentSigningKey
+	}
+	if c.NextSigningKey == "" {
+		c.NextSigningKey = DefaultNextSigningKey
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 256 << 10
+	}
+	if c.Backoff == nil {
+		c.Backoff = QStashBackoff
+	}
+	if c.BackoffScale == 0 {
+		c.BackoffScale = 1
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.DeduplicationWindow == 0 {
+		c.DeduplicationWindow = 10 * time.Minute
+	}
+	if c.MaxEvents == 0 {
+		c.MaxEvents = 10_000
+	}
+	if c.MaxDLQ == 0 {
+		c.MaxDLQ = 10_000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.CurrentSigningKey == c.NextSigningKey {
+		errs = append(errs, errors.New("CurrentSigningKey and NextSigningKey are equal: give NextSigningKey a different value (or leave both empty for the dev-server defaults)"))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxBodyBytes", c.MaxBodyBytes},
+		{"Concurrency", int64(c.Concurrency)},
+		{"Timeout", int64(c.Timeout)},
+		{"MaxResponseBytes", c.MaxResponseBytes},
+		{"DeduplicationWindow", int64(c.DeduplicationWindow)},
+		{"MaxEvents", int64(c.MaxEvents)},
+		{"MaxDLQ", int64(c.MaxDLQ)},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s is negative: use a positive value, or 0 for the default", f.name))
+		}
+	}
+	if c.BackoffScale < 0 || math.IsNaN(c.BackoffScale) || math.IsInf(c.BackoffScale, 0) {
+		errs = append(errs, fmt.Errorf("BackoffScale %v is not a finite positive number: use e.g. 0.001 in tests, or 0 for 1", c.BackoffScale))
+	}
+	return errors.Join(errs...)
+}
+
+// Rejection is an error answer injected through Config.Reject.
+type Rejection struct {
+	// Status is the HTTP status. Defaults to 429.
+	Status int
+	// Header is added to the answer (rate-limit headers, say).
+	Header http.Header
+	// Message is the "error" field of the JSON body. Defaults to the status
+	// text.
+	Message string
+}
+
+// RateLimited returns the 429 QStash answers when the daily quota is spent:
+// RateLimit-Limit, RateLimit-Remaining (0) and RateLimit-Reset (unix seconds
+// when the quota resets).
+func RateLimited(limit int, reset time.Time) *Rejection {
+	h := http.Header{}
+	h.Set("RateLimit-Limit", fmt.Sprint(limit))
+	h.Set("RateLimit-Remaining", "0")
+	h.Set("RateLimit-Reset", fmt.Sprint(reset.Unix()))
+	return &Rejection{Status: http.StatusTooManyRequests, Header: h, Message: "daily quota exceeded"}
+}
+
+// BurstRateLimited returns the 429 QStash answers when the per-second burst
+// limit is hit: Burst-RateLimit-Limit, Burst-RateLimit-Remaining (0) and
+// Burst-RateLimit-Reset (unix seconds).
+func BurstRateLimited(limit int, reset time.Time) *Rejection {
+	h := http.Header{}
+	h.Set("Burst-RateLimit-Limit", fmt.Sprint(limit))
+	h.Set("Burst-RateLimit-Remaining", "0")
+	h.Set("Burst-RateLimit-Reset", fmt.Sprint(reset.Unix()))
+	return &Rejection{Status: http.StatusTooManyRequests, Header: h, Message: "burst rate limit exceeded"}
+}

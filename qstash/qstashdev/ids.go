@@ -1,0 +1,59 @@
+package qstashdev
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// idSource makes message ids, JWT ids and signing keys. Message ids are a
+// random per-server prefix plus a counter: unique within a server, cheap on
+// the publish hot path, and ordered by creation, which keeps them readable in
+// logs. They look like QStash's ("msg_" and base-62 text), but clients must
+// treat them as opaque anyway.
+type idSource struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+func newIDSource() *idSource {
+	return &idSource{prefix: randomBase62(8)}
+}
+
+func (s *idSource) messageID() string {
+	n := s.n.Add(1)
+	buf := make([]byte, 0, 32)
+	buf = append(buf, "msg_"...)
+	buf = append(buf, s.prefix...)
+	// Fixed width keeps lexical order equal to creation order.
+	var digits [11]byte
+	for i := len(digits) - 1; i >= 0; i-- {
+		digits[i] = base62[n%62]
+		n /= 62
+	}
+	buf = append(buf, digits[:]...)
+	return string(buf)
+}
+
+// randomBase62 returns n random base-62 characters. math/rand/v2's global
+// generator is ChaCha8 seeded from the OS, which is plenty for a local
+// server's ids and keys.
+func randomBase62(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = base62[rand.IntN(len(base62))]
+	}
+	return string(b)
+}
+
+func jwtID() string { return "jwt_" + randomBase62(20) }
+
+func newSigningKey() string { return "sig_" + randomBase62(28) }
+
+// dlqID follows QStash's "<unix ms>-<sequence>" form.
+func dlqID(t time.Time, seq uint64) string {
+	return strconv.FormatInt(t.UnixMilli(), 10) + "-" + strconv.FormatUint(seq, 10)
+}

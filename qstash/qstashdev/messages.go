@@ -1,0 +1,246 @@
+package qstashdev
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+	"unicode/utf8"
+)
+
+// Message is a snapshot of a message that is not finished yet: waiting,
+// in flight, or between retries.
+type Message struct {
+	ID           string
+	URL          string // the destination URL, also the signature's sub
+	URLGroup     string
+	EndpointName string
+	Queue        string
+	Method       string
+	// Header holds the headers delivered with the message: the forwarded
+	// ones (Upstash-Forward- prefix stripped) and Content-Type.
+	Header     http.Header
+	Body       []byte
+	MaxRetries int
+	// Retried counts failed attempts so far; the next attempt carries it as
+	// Upstash-Retried.
+	Retried int
+	// State is CREATED, ACTIVE, RETRY or CANCEL_REQUESTED.
+	State string
+	// NotBefore is when the first attempt may start (zero: at once).
+	NotBefore time.Time
+	// NextDeliveryTime is when a delayed or retrying message is due.
+	NextDeliveryTime time.Time
+	CreatedAt        time.Time
+	Callback         string
+	FailureCallback  string
+	CallerIP         string
+	Label            string
+	RetryDelay       string // the Upstash-Retry-Delay expression
+	Timeout          time.Duration
+	FlowControlKey   string
+	Parallelism      int
+	Rate             int
+	Period           time.Duration
+	// SourceMessageID is set on callback messages: the message whose
+	// attempt they report.
+	SourceMessageID string
+}
+
+func (m *message) snapshotLocked() Message {
+	out := m.snapshotFixed()
+	out.Retried = m.retried
+	switch {
+	case m.cancelRequested:
+		out.State = StateCancelRequested
+	case m.state == stActive:
+		out.State = StateActive
+	case m.retried > 0:
+		out.State = StateRetry
+	default:
+		out.State = StateCreated
+	}
+	if m.state == stScheduled {
+		out.NextDeliveryTime = m.nextAt
+	}
+	return out
+}
+
+// snapshotFixed copies the fields fixed at creation.
+func (m *message) snapshotFixed() Message {
+	out := Message{
+		ID: m.id, URL: m.url, URLGroup: m.group, EndpointName: m.endpointName,
+		Queue: m.queueName, Method: m.method, Header: m.header.Clone(),
+		Body: append([]byte(nil), m.body...), MaxRetries: m.maxRetries,
+		NotBefore: m.notBefore, CreatedAt: m.createdAt, Callback: m.callback,
+		FailureCallback: m.failureCallback, CallerIP: m.callerIP, Label: m.label,
+		Timeout: m.timeout, FlowControlKey: m.fcKey, Parallelism: m.fcPar,
+		Rate: m.fcRate, SourceMessageID: m.sourceMsgID,
+	}
+	if m.fcKey != "" {
+		out.Period = m.fcPeriod
+	}
+	if m.retryDelay != nil {
+		out.RetryDelay = m.retryDelay.src
+	}
+	return out
+}
+
+// Messages returns the messages not finished yet, oldest first. Delivered,
+// failed and cancelled messages are gone (the DLQ keeps the failed ones).
+func (s *Server) Messages() []Message {
+	s.mu.Lock()
+	out := make([]Message, 0, len(s.messages))
+	for _, m := range s.messages {
+		out = append(out, m.snapshotLocked())
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Message returns the message with the given id while it is not finished.
+func (s *Server) Message(id string) (Message, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[id]
+	if !ok {
+		return Message{}, false
+	}
+	return m.snapshotLocked(), true
+}
+
+// Cancel cancels a message as DELETE /v2/messages/{id} does. It reports
+// false if the message is unknown or already finished. An attempt in flight
+// is not recalled; the message is just not retried after it.
+func (s *Server) Cancel(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.messages[id]
+	if ok {
+		s.cancelLocked(m, s.clock.Now())
+	}
+	return ok
+}
+
+// wireMessage is the JSON shape of a message in the REST API.
+type wireMessage struct {
+	MessageID    string `json:"messageId"`
+	URL          string `json:"url"`
+	TopicName    string `json:"topicName,omitempty"`
+	URLGroup     string `json:"urlGroup,omitempty"` // the Go SDK's name for topicName
+	EndpointName string `json:"endpointName,omitempty"`
+	Method       string `json:"method"`
+	Header       http.Header `json:"header"`
+	// Body holds UTF-8 bodies; others travel base64-encoded in BodyBase64.
+	Body                 string `json:"body,omitempty"`
+	BodyBase64           string `json:"bodyBase64,omitempty"`
+	MaxRetries           int    `json:"maxRetries"`
+	Retried              int    `json:"retried,omitempty"`
+	NotBefore            int64  `json:"notBefore"`
+	CreatedAt            int64  `json:"createdAt"`
+	Callback             string `json:"callback,omitempty"`
+	FailureCallback      string `json:"failureCallback,omitempty"`
+	CallerIP             string `json:"callerIP,omitempty"`
+	QueueName            string `json:"queueName,omitempty"`
+	Label                string `json:"label,omitempty"`
+	RetryDelayExpression string `json:"retryDelayExpression,omitempty"`
+	Timeout              int64  `json:"timeout,omitempty"` // seconds
+	FlowControlKey       string `json:"flowControlKey,omitempty"`
+	Parallelism          int    `json:"parallelism,omitempty"`
+	Rate                 int    `json:"rate,omitempty"`
+	Period               int64  `json:"period,omitempty"` // seconds
+	State                string `json:"state,omitempty"`
+}
+
+func toWire(m Message) wireMessage {
+	w := wireMessage{
+		MessageID: m.ID, URL: m.URL, TopicName: m.URLGroup, URLGroup: m.URLGroup,
+		EndpointName: m.EndpointName, Method: m.Method, Header: m.Header,
+		MaxRetries: m.MaxRetries, Retried: m.Retried, CreatedAt: m.CreatedAt.UnixMilli(),
+		Callback: m.Callback, FailureCallback: m.FailureCallback, CallerIP: m.CallerIP,
+		QueueName: m.Queue, Label: m.Label, RetryDelayExpression: m.RetryDelay,
+		Timeout: int64(m.Timeout / time.Second), FlowControlKey: m.FlowControlKey,
+		Parallelism: m.Parallelism, Rate: m.Rate, Period: int64(m.Period / time.Second),
+		State: m.State,
+	}
+	if w.Header == nil {
+		w.Header = http.Header{}
+	}
+	w.Body, w.BodyBase64 = textOrBase64(m.Body)
+	if !m.NotBefore.IsZero() {
+		w.NotBefore = m.NotBefore.UnixMilli()
+	}
+	return w
+}
+
+func textOrBase64(b []byte) (text, b64 string) {
+	if utf8.Valid(b) {
+		return string(b), ""
+	}
+	return "", base64.StdEncoding.EncodeToString(b)
+}
+
+// handleMessage serves GET and DELETE /v2/messages/{id}.
+func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request, id string) {
+	switch r.Method {
+	case http.MethodGet:
+		m, ok := s.Message(id)
+		if !ok {
+			writeError(w, http.StatusNotFound, "message "+id+" not found")
+			return
+		}
+		writeJSON(w, http.StatusOK, toWire(m))
+	case http.MethodDelete:
+		if !s.Cancel(id) {
+			writeError(w, http.StatusNotFound, "message "+id+" not found")
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		methodNotAllowed(w, http.MethodGet, http.MethodDelete)
+	}
+}
+
+// handleMessages serves DELETE /v2/messages: {"messageIds":[...]} cancels
+// those, an empty body cancels all; answers {"cancelled": n}.
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodDelete {
+		methodNotAllowed(w, http.MethodDelete)
+		return
+	}
+	var req struct {
+		MessageIDs []string `json:"messageIds"`
+	}
+	body, ok := s.readBody(w, r, 1<<20)
+	if !ok {
+		return
+	}
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid JSON body: expected {\"messageIds\":[...]}")
+			return
+		}
+	}
+	s.mu.Lock()
+	now := s.clock.Now()
+	n := 0
+	if len(body) == 0 || req.MessageIDs == nil {
+		for _, m := range s.messages {
+			if !m.cancelRequested {
+				s.cancelLocked(m, now)
+				n++
+			}
+		}
+	} else {
+		for _, id := range req.MessageIDs {
+			if m, ok := s.messages[id]; ok && !m.cancelRequested {
+				s.cancelLocked(m, now)
+				n++
+			}
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]int{"cancelled": n})
+}

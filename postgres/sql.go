@@ -84,10 +84,16 @@ ORDER BY u.ord
 	return s + "SELECT 1"
 }
 
-// claimSQL leases up to $2 due events in one statement. The CTE walks the
-// pending index in (available_at, pos) order, skipping rows another claim has
-// locked; the UPDATE touches only unindexed columns (HOT). Parameters: $1
-// now override, $2 limit, $3 lease token, $4 lease duration.
+// claimSQL leases up to $2 due events in one statement. The subquery walks
+// the pending index in (available_at, pos) order, locking due rows and
+// skipping those another claim has locked; the UPDATE then reaches each
+// locked row by its physical address (a TID scan, no index probe) and touches
+// only unindexed columns, so it is a HOT update. A join on id instead lets
+// the planner pick a hash join over the whole table for large batches. The
+// row lock keeps each row version in place until the statement ends; should
+// a row still have moved, the TID no longer matches on recheck and the row is
+// simply not claimed this time. Parameters: $1 now override, $2 limit, $3
+// lease token, $4 lease duration.
 //
 // With ordering, a row with a sequence is due only when no pending row of its
 // aggregate has a lower sequence: a leased or retrying head keeps the rest of
@@ -110,21 +116,18 @@ func claimSQL(n names, ordered, byDestination bool) string {
 			AND p.sequence < o.sequence
 			AND p.published_at IS NULL AND p.dead_at IS NULL))`
 	}
-	return `WITH due AS (
-SELECT o.id FROM ` + n.outbox + ` o
-WHERE o.published_at IS NULL AND o.dead_at IS NULL
-	AND o.available_at <= COALESCE($1::timestamptz, now())
-	AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
-ORDER BY o.available_at, o.pos
-LIMIT $2
-FOR UPDATE SKIP LOCKED
-)
-UPDATE ` + n.outbox + ` t
+	return `UPDATE ` + n.outbox + ` t
 SET lease_token = $3,
 	lease_until = COALESCE($1::timestamptz, now()) + $4::interval,
 	attempts = t.attempts + 1
-FROM due
-WHERE t.id = due.id
+WHERE t.ctid = ANY(ARRAY(
+	SELECT o.ctid FROM ` + n.outbox + ` o
+	WHERE o.published_at IS NULL AND o.dead_at IS NULL
+		AND o.available_at <= COALESCE($1::timestamptz, now())
+		AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
+	ORDER BY o.available_at, o.pos
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED))
 RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos`
 }
 
@@ -136,6 +139,17 @@ const (
 	kindDead      = 3
 	kindReleased  = 4
 )
+
+// rowsByID is the row-address lookup settleSQL and publishSQL use: one
+// primary-key probe per ID, as a correlated subquery so the planner cannot
+// swap it for a hash join over the whole table. Joined on id instead, a
+// batch of a few hundred IDs makes the planner's default costs favour a
+// sequential scan of every row ever kept, which is exactly what must not
+// grow with history.
+func rowsByID(n names) string {
+	return `t.ctid = ANY(ARRAY(
+	SELECT (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = i.id) FROM unnest($3::uuid[]) AS i(id)))`
+}
 
 // settleSQL settles a batch of outcomes in one statement, only on rows whose
 // lease token is still $1; RETURNING tells which rows that was. Columns left
@@ -154,30 +168,35 @@ SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) EL
 	lease_token = NULL,
 	lease_until = NULL
 FROM unnest($3::uuid[], $4::int4[], $5::text[], $6::int8[]) AS s(id, kind, error, delay_us)
-WHERE t.id = s.id AND t.lease_token = $1
+WHERE ` + rowsByID(n) + `
+	AND t.id = s.id AND t.lease_token = $1
 RETURNING t.id`
 }
 
 // publishSQL is settleSQL for the common batch where every event was
 // published: no per-row CASE, and a single array to send.
 func publishSQL(n names) string {
-	return `UPDATE ` + n.outbox + `
+	return `UPDATE ` + n.outbox + ` t
 SET published_at = COALESCE($2::timestamptz, now()), lease_token = NULL, lease_until = NULL
-WHERE id = ANY($3::uuid[]) AND lease_token = $1
-RETURNING id`
+WHERE ` + rowsByID(n) + `
+	AND t.lease_token = $1
+RETURNING t.id`
 }
 
 // pruneSQL deletes one bounded batch of published rows, oldest first, through
 // the published index. Rows a replay has locked are skipped, not waited for.
+// "id = ANY(ARRAY(...))" rather than a join: with a join the planner
+// estimates a hash join over the whole table cheaper than a thousand
+// primary-key probes, and a prune must never scan the history it is
+// trimming.
 func pruneSQL(n names) string {
-	return `WITH victims AS (
-SELECT id FROM ` + n.outbox + `
-WHERE published_at < $1
-ORDER BY published_at
-LIMIT $2
-FOR UPDATE SKIP LOCKED
-)
-DELETE FROM ` + n.outbox + ` t USING victims v WHERE t.id = v.id`
+	return `DELETE FROM ` + n.outbox + `
+WHERE id = ANY(ARRAY(
+	SELECT id FROM ` + n.outbox + `
+	WHERE published_at < $1
+	ORDER BY published_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED))`
 }
 
 // statsSQL reads a snapshot in one statement; age is computed with the

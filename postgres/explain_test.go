@@ -1,0 +1,97 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// TestClaimUsesPendingIndex checks the plan the claim gets on a table whose
+// history dwarfs its backlog: it must walk the partial pending index, never
+// scan the table. The same holds for settling and pruning.
+func TestClaimUsesPendingIndex(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ctx := ctxT(t)
+	tbl := fmt.Sprintf("%q.outbox_events", db.schema)
+	_, err := db.pool.Exec(ctx, `
+INSERT INTO `+tbl+` (id, event_type, payload, created_at, available_at, published_at)
+SELECT gen_random_uuid(), 'old', '{"n": 1}', now() - interval '2 days', now() - interval '2 days', now() - interval '1 day'
+FROM generate_series(1, 100000);
+INSERT INTO `+tbl+` (id, event_type, payload)
+SELECT gen_random_uuid(), 'new', '{"n": 1}' FROM generate_series(1, 1000);
+ANALYZE `+tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ordered := range []bool{false, true} {
+		s := newStore(t, db, postgres.Config{Ordering: ordered})
+		token := pgtype.UUID{Bytes: core.NewID(), Valid: true}
+		// Batch-sized arrays: the planner sizes unnest() by its argument.
+		const batch = 1000
+		ids := make([]pgtype.UUID, batch)
+		kinds, errs, delays := make([]int32, batch), make([]string, batch), make([]int64, batch)
+		for i := range ids {
+			ids[i] = pgtype.UUID{Bytes: core.NewID(), Valid: true}
+			kinds[i] = int32(1 + i%4)
+		}
+		var noTime pgtype.Timestamptz
+		cases := []struct {
+			name, sql string
+			args      []any
+			wantIndex string
+		}{
+			{"claim", s.ClaimSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_pending_idx"},
+			{"claim 1000", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_pending_idx"},
+			{"publish", s.PublishSQLForTest(), []any{token, noTime, ids}, "outbox_events_pkey"},
+			{"publish one", s.PublishSQLForTest(), []any{token, noTime, ids[:1]}, "outbox_events_pkey"},
+			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey"},
+			{"prune", s.PruneSQLForTest(), []any{time.Now(), 1000}, "outbox_events_published_idx"},
+		}
+		for _, c := range cases {
+			var plan []byte
+			if err := db.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+c.sql, c.args...).Scan(&plan); err != nil {
+				t.Fatalf("%s: explain: %v", c.name, err)
+			}
+			var root []struct{ Plan planNode }
+			if err := json.Unmarshal(plan, &root); err != nil {
+				t.Fatal(err)
+			}
+			var scans []string
+			var found bool
+			root[0].Plan.walk(func(n planNode) {
+				if n.NodeType == "Seq Scan" && n.RelationName == "outbox_events" {
+					t.Errorf("ordered=%v %s: plan scans the whole table:\n%s", ordered, c.name, plan)
+				}
+				if n.IndexName != "" {
+					scans = append(scans, n.NodeType+" on "+n.IndexName)
+				}
+				found = found || n.IndexName == c.wantIndex
+			})
+			if !found {
+				t.Errorf("ordered=%v %s: plan does not use %s (uses %s):\n%s", ordered, c.name, c.wantIndex, strings.Join(scans, ", "), plan)
+			}
+		}
+	}
+}
+
+type planNode struct {
+	NodeType     string     `json:"Node Type"`
+	RelationName string     `json:"Relation Name"`
+	IndexName    string     `json:"Index Name"`
+	Plans        []planNode `json:"Plans"`
+}
+
+func (n planNode) walk(f func(planNode)) {
+	f(n)
+	for _, c := range n.Plans {
+		c.walk(f)
+	}
+}

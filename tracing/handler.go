@@ -15,10 +15,12 @@ import (
 // span, so request, relay and consumer share one trace.
 //
 // When ctx already holds a span of its own (an HTTP server span from an
-// instrumented receiver, say), the event's context still wins as the parent,
-// since that is the trace the event belongs to, and the new span links to
-// both, so neither is lost. Baggage sent with the event is in the handler's
-// ctx.
+// instrumented receiver, say), two cases differ. If that span is in the
+// event's trace (the server read the traceparent the transport forwarded),
+// the consumer span nests under it. Otherwise the event's context still wins
+// as the parent, since that is the trace the event belongs to, and the new
+// span links to both, so neither is lost. Baggage sent with the event is in
+// the handler's ctx.
 //
 // Put it outside core.Idempotent, so that Deduper can record the
 // deduplication decision on the span:
@@ -34,12 +36,20 @@ func HandlerMiddleware(opts ...Option) core.HandlerMiddleware {
 	t := c.tracer()
 	return func(next core.Handler) core.Handler {
 		return core.HandlerFunc(func(ctx context.Context, e core.Event) (err error) {
-			ambient := trace.SpanContextFromContext(ctx)
+			ambientSpan := trace.SpanFromContext(ctx)
+			ambient := ambientSpan.SpanContext()
 			parent := c.prop.Extract(ctx, HeaderCarrier(e.Headers))
 			created := trace.SpanContextFromContext(parent)
 			ls := links(created, ambient)
 			if len(ls) > 0 && ambient.IsValid() {
-				ls = append(ls, trace.Link{SpanContext: ambient})
+				if ambient.TraceID() == created.TraceID() {
+					// The ambient span already continues the event's trace
+					// (a server span that read the forwarded traceparent):
+					// nest under it, keeping the event's baggage.
+					parent = trace.ContextWithSpan(parent, ambientSpan)
+				} else {
+					ls = append(ls, trace.Link{SpanContext: ambient})
+				}
 			}
 			dest := c.destination(e)
 			ctx, span := t.Start(parent, spanName("process", dest),

@@ -59,6 +59,33 @@ func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
 	}
 }
 
+func TestHandlerMiddlewareNestsUnderAServerSpanOfTheSameTrace(t *testing.T) {
+	t.Parallel()
+	env := newOtelEnv(t)
+	_, producer := env.tracer().Start(context.Background(), "producer", trace.WithSpanKind(trace.SpanKindProducer))
+	events := []core.Event{mustEvent(t, "a")}
+	tracing.Inject(trace.ContextWithSpan(context.Background(), producer), events, env.opts...)
+	producer.End()
+
+	// An instrumented HTTP server extracted the forwarded traceparent: its
+	// span is a child of the producer.
+	serverCtx := env.prop.Extract(context.Background(), tracing.HeaderCarrier(events[0].Headers))
+	ctx, server := env.tracer().Start(serverCtx, "POST /hooks", trace.WithSpanKind(trace.SpanKindServer))
+	h := tracing.HandlerMiddleware(env.opts...)(core.HandlerFunc(func(context.Context, core.Event) error { return nil }))
+	if err := h.Handle(ctx, events[0]); err != nil {
+		t.Fatal(err)
+	}
+	server.End()
+
+	span := env.oneSpan(t, "process", events[0].ID)
+	if span.Parent().SpanID() != server.SpanContext().SpanID() {
+		t.Errorf("consumer span parent = %s, want the server span %s", span.Parent().SpanID(), server.SpanContext().SpanID())
+	}
+	if !hasLink(span, producer.SpanContext()) || len(span.Links()) != 1 {
+		t.Errorf("consumer span should link to the producer only; links: %v", span.Links())
+	}
+}
+
 func TestHandlerMiddlewareWithoutTraceContext(t *testing.T) {
 	t.Parallel()
 	env := newOtelEnv(t)

@@ -29,10 +29,10 @@ type exprNode interface {
 }
 
 type (
-	numNode  float64
-	varNode  struct{}
-	negNode  struct{ x exprNode }
-	binNode  struct {
+	numNode float64
+	varNode struct{}
+	negNode struct{ x exprNode }
+	binNode struct {
 		op   byte
 		l, r exprNode
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
@@ -279,4 +281,25 @@ func (c *fakeClock) waitTimer(t *testing.T, when time.Time) {
 			t.Fatalf("no timer armed for %v (now %v)", when, c.Now())
 		}
 	}
+}
+
+func listenLocal(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	return ln
+}
+
+// newTestAPI serves srv's API without closing srv at cleanup (the test
+// does).
+func newTestAPI(t *testing.T, srv *qstashdev.Server) *httptest.Server {
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+func jwtParse(sig, key string) (*jwt.Token, error) {
+	return jwt.Parse(sig, func(*jwt.Token) (any, error) { return []byte(key), nil }, jwt.WithValidMethods([]string{"HS256"}))
 }

@@ -126,12 +126,12 @@ func (s *Server) Cancel(id string) bool {
 
 // wireMessage is the JSON shape of a message in the REST API.
 type wireMessage struct {
-	MessageID    string `json:"messageId"`
-	URL          string `json:"url"`
-	TopicName    string `json:"topicName,omitempty"`
-	URLGroup     string `json:"urlGroup,omitempty"` // the Go SDK's name for topicName
-	EndpointName string `json:"endpointName,omitempty"`
-	Method       string `json:"method"`
+	MessageID    string      `json:"messageId"`
+	URL          string      `json:"url"`
+	TopicName    string      `json:"topicName,omitempty"`
+	URLGroup     string      `json:"urlGroup,omitempty"` // the Go SDK's name for topicName
+	EndpointName string      `json:"endpointName,omitempty"`
+	Method       string      `json:"method"`
 	Header       http.Header `json:"header"`
 	// Body holds UTF-8 bodies; others travel base64-encoded in BodyBase64.
 	Body                 string `json:"body,omitempty"`

@@ -200,8 +200,8 @@ func TestSDKDLQ(t *testing.T) {
 			t.Fatalf("Publish: %v", err)
 		}
 		ids = append(ids, res.MessageId)
+		h.waitIdle() // one at a time, so the DLQ order is the publish order
 	}
-	h.waitIdle()
 
 	dlq := c.Dlq()
 	msgs, cursor, err := dlq.List(qstash.ListDlqOptions{})

@@ -165,7 +165,7 @@ func TestPublishBatchEncoding(t *testing.T) {
 	})
 	evs := events(t, 3)
 	evs[1].AvailableAt = testNow.Add(90*time.Second + 300*time.Millisecond) // → Not-Before, rounded up
-	evs[2].AggregateID = ""                                                // → no flow control
+	evs[2].AggregateID = ""                                                 // → no flow control
 	if err := p.Publish(context.Background(), evs); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
@@ -489,7 +489,7 @@ func TestPublishRouting(t *testing.T) {
 		mk("order.confirmed", ""),
 		mk("order.shipped", ""),
 		mk("order.paid", ""),
-		mk("order.refunded", ""), // → Destination
+		mk("order.refunded", ""),                            // → Destination
 		mk("order.paid", "https://override.example.com/in"), // URL override keeps the queue
 		mk("order.confirmed", "audit-group"),                // group override
 		mk("order.confirmed", "https://bad.example.com/#frag"),
@@ -580,7 +580,7 @@ func TestPublishUnsendableEventFailsAlone(t *testing.T) {
 	p := newTestPublisher(t, f)
 	evs := events(t, 3)
 	evs[1].Headers = map[string]string{"bad name": "x"} // not an HTTP token
-	evs[2].Payload = []byte("\"\xff\xfe\"")               // not UTF-8: cannot be a JSON string
+	evs[2].Payload = []byte("\"\xff\xfe\"")             // not UTF-8: cannot be a JSON string
 	errs := core.EventErrors(3, p.Publish(context.Background(), evs))
 	if errs[0] != nil || !core.IsPermanent(errs[1]) || errs[2] != nil {
 		t.Fatalf("errs = %v, want only event 1 to fail, permanently", errs)
@@ -643,7 +643,9 @@ func TestNewPublisherValidates(t *testing.T) {
 		{"Delay", func(c *qstash.PublisherConfig) { c.Delay = -time.Second }},
 		{"Callback", func(c *qstash.PublisherConfig) { c.Callback = "not a url" }},
 		{"FlowControl", func(c *qstash.PublisherConfig) { c.FlowControl = &qstash.FlowControl{} }},
-		{"FlowControl.Period", func(c *qstash.PublisherConfig) { c.FlowControl = &qstash.FlowControl{Parallelism: 1, Period: time.Second} }},
+		{"FlowControl.Period", func(c *qstash.PublisherConfig) {
+			c.FlowControl = &qstash.FlowControl{Parallelism: 1, Period: time.Second}
+		}},
 		{"Label", func(c *qstash.PublisherConfig) { c.Label = "a\nb" }},
 		{"MaxBatchSize", func(c *qstash.PublisherConfig) { c.MaxBatchSize = -1 }},
 	} {

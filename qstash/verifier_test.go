@@ -226,7 +226,7 @@ func TestVerifyClockBoundaries(t *testing.T) {
 		{testNow.Add(300 * time.Second), -1, qstash.ErrTokenExpired},
 		{testNow.Add(304 * time.Second), 0, nil}, // default leeway 5s
 		{testNow.Add(305 * time.Second), 0, qstash.ErrTokenExpired},
-		{testNow.Add(-5 * time.Second), 0, nil},                         // nbf/iat within leeway
+		{testNow.Add(-5 * time.Second), 0, nil},                        // nbf/iat within leeway
 		{testNow.Add(-6 * time.Second), 0, qstash.ErrTokenNotYetValid}, // beyond it
 	} {
 		v, err := qstash.NewVerifier(&qstash.VerifierConfig{CurrentSigningKey: currentKey, NextSigningKey: nextKey, Clock: fixedClock{tc.now}, Leeway: tc.leeway})

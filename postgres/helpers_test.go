@@ -119,3 +119,7 @@ func jsonEqual(a, b []byte) bool {
 	ya, _ := json.Marshal(y)
 	return string(xa) == string(ya)
 }
+
+func jsonUnmarshal(b []byte, v any) error {
+	return json.Unmarshal(b, v)
+}

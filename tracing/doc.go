@@ -27,10 +27,11 @@
 //
 // # Write side
 //
-// Configure the store once with NewInjector, so no service code has to
-// remember to propagate anything:
+// A store that takes a write hook, a func(ctx context.Context, e
+// *core.Event) it calls on every event it adds, is configured once with
+// NewInjector, so no service code has to remember to propagate anything:
 //
-//	store, err := postgres.NewStore(pool, &postgres.Config{BeforeAdd: tracing.NewInjector(opts...)})
+//	hook := tracing.NewInjector(opts...) // the store's write hook
 //
 // For a store with no such hook, call Inject on the events before Add:
 //

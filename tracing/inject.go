@@ -28,10 +28,11 @@ func Inject(ctx context.Context, events []core.Event, opts ...Option) {
 }
 
 // NewInjector returns a write hook that does what Inject does for one event.
-// Stores call such a hook on every event they add, which puts trace context
-// on every event with no per-call code in the service:
-//
-//	store, err := postgres.NewStore(pool, &postgres.Config{BeforeAdd: tracing.NewInjector()})
+// A store configured with such a hook calls it on every event it adds, which
+// puts trace context on every event with no per-call code in the service.
+// The hook replaces e.Headers with a new map rather than writing into it, so
+// a store may call it on the caller's own slice elements without touching
+// maps the caller still holds.
 //
 // The result is an unnamed function type so it can be assigned to any hook
 // field of that shape, whatever the store names its type.

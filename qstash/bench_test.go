@@ -5,10 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"net/http/httptest"
 	"testing"
 	"time"
 

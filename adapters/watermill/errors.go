@@ -1,0 +1,28 @@
+package outboxwatermill
+
+import "errors"
+
+// Sentinel errors. Match them with errors.Is.
+var (
+	// ErrNonJSONPayload is matched when TxPublisher refuses a message whose
+	// payload is not valid JSON. The outbox stores JSON (its payload column is
+	// jsonb and every transport delivers it as application/json), so bytes
+	// that are not JSON are refused rather than silently re-encoded. The error
+	// also matches core.ErrInvalidEvent.
+	ErrNonJSONPayload = errors.New("outboxwatermill: message payload is not valid JSON")
+
+	// ErrClosed is returned by a publisher or subscriber used after Close,
+	// and by a QStash delivery that arrives while (or after) its subscriber
+	// closes.
+	ErrClosed = errors.New("outboxwatermill: closed")
+
+	// ErrNacked is the publish error the outbox and QStash subscribers report
+	// for a message the consumer Nacked: the event is retried (with the
+	// relay's backoff, or by QStash).
+	ErrNacked = errors.New("outboxwatermill: message nacked by the consumer")
+
+	// ErrNoSubscription is the error a QStash delivery fails with when no
+	// Subscribe call is currently consuming its topic. It is transient, so
+	// QStash redelivers once a router has subscribed.
+	ErrNoSubscription = errors.New("outboxwatermill: no subscription for the delivery's topic")
+)

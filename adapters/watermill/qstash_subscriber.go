@@ -1,0 +1,309 @@
+package outboxwatermill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/qstash"
+	"github.com/outboxkit/outboxkit/tracing"
+)
+
+// QStashSubscriberConfig configures a QStashSubscriber. The signing keys and
+// URL are required; everything else says its default.
+type QStashSubscriberConfig struct {
+	// CurrentSigningKey and NextSigningKey are QStash's signing keys
+	// (QSTASH_CURRENT_SIGNING_KEY, QSTASH_NEXT_SIGNING_KEY). Required: an
+	// empty key is refused, since it would verify tokens anyone can sign.
+	CurrentSigningKey string
+	NextSigningKey    string
+	// URL is the endpoint's public URL exactly as publishers address it; the
+	// signature's sub claim must equal it. Required.
+	URL string
+	// Topic maps a delivered event to the topic whose subscriptions receive
+	// it. Defaults to the event's Type: an HTTP delivery does not carry the
+	// event's Destination, which was the endpoint's URL anyway.
+	Topic func(e core.Event) string
+	// MaxBodyBytes bounds a delivery's body. Defaults to
+	// qstash.DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// Leeway is the clock skew tolerated on the signature's exp, nbf and
+	// iat. Defaults to qstash.DefaultLeeway (5s).
+	Leeway time.Duration
+	// CloseTimeout is how long Close lets messages already handed out be
+	// acknowledged (and their deliveries answered 200); the ones still
+	// unacknowledged then are answered 5xx and QStash redelivers them.
+	// Defaults to 5s; a negative value answers them at once.
+	CloseTimeout time.Duration
+	// Propagators extracts the trace context of each event's headers into
+	// its message's Context. Defaults to otel.GetTextMapPropagator().
+	Propagators propagation.TextMapPropagator
+	// OnDecision learns the outcome of every request (see qstash.Decision).
+	// Optional.
+	OnDecision qstash.DecisionHook
+	// Logger receives refused and failed deliveries. Defaults to a logger
+	// that discards.
+	Logger *slog.Logger
+	// Clock tells the time for the signature checks and CloseTimeout.
+	// Defaults to core.SystemClock.
+	Clock core.Clock
+}
+
+// QStashSubscriber is a Watermill message.Subscriber fed by QStash
+// deliveries. It is also the http.Handler of the endpoint QStash delivers
+// to: mount it at the path of Config.URL.
+//
+// Each request goes through qstash.Receiver, which refuses non-POSTs,
+// oversized bodies, and any request whose signature does not verify
+// strictly, and decodes the event from its CloudEvents headers. The event
+// becomes a message (MessageFromEvent: UUID = event ID) on the channel of
+// its topic, and the request waits for it: Ack answers 200, Nack answers 500
+// so QStash retries with its backoff (Upstash-Retried counts the retries;
+// qstash.DeliveryFromContext(msg.Context()) reads it). The request's
+// context is the message's, so a delivery QStash gives up on (its timeout)
+// cancels the message's context. A topic nobody subscribes to is answered
+// 500 too, so its deliveries wait for a subscriber.
+//
+// Deduplication is the Watermill handler's job (QStash delivers at least
+// once): the receiver runs with no Deduper of its own.
+//
+// Subscriptions to one topic compete: each delivery goes to one of them.
+// Messages are handed out as requests arrive, without waiting for earlier
+// ones to be acknowledged; QStash's flow control (parallelism) is what
+// bounds how many are in flight.
+type QStashSubscriber struct {
+	receiver *qstash.Receiver
+	topic    func(core.Event) string
+	prop     propagation.TextMapPropagator
+	grace    time.Duration
+	clock    core.Clock
+
+	mu      sync.Mutex
+	closed  bool
+	closing chan struct{}
+	topics  map[string]*qstashTopic
+	cancels map[int]context.CancelFunc // live subscriptions
+	nextID  int
+	wg      sync.WaitGroup
+}
+
+// qstashTopic is where the deliveries of one topic meet its subscriptions.
+type qstashTopic struct {
+	deliveries chan *message.Message // unbuffered: a hand-off, never closed
+	subs       int
+	// idle is closed when subs drops to zero, so deliveries waiting for a
+	// taker give up; a new one is made when a subscription arrives.
+	idle chan struct{}
+}
+
+var (
+	_ message.Subscriber = (*QStashSubscriber)(nil)
+	_ http.Handler       = (*QStashSubscriber)(nil)
+)
+
+// NewQStashSubscriber validates cfg and returns a subscriber. The error,
+// matching core.ErrInvalidConfig, names the field to fix.
+func NewQStashSubscriber(cfg *QStashSubscriberConfig) (*QStashSubscriber, error) {
+	if cfg == nil {
+		return nil, &core.ConfigError{Field: "QStashSubscriberConfig", Reason: "is nil: pass the signing keys and the endpoint URL"}
+	}
+	c := *cfg
+	if c.Topic == nil {
+		c.Topic = func(e core.Event) string { return e.Type }
+	}
+	if c.Propagators == nil {
+		c.Propagators = otel.GetTextMapPropagator()
+	}
+	if c.CloseTimeout == 0 {
+		c.CloseTimeout = 5 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = core.SystemClock{}
+	}
+	s := &QStashSubscriber{
+		topic:   c.Topic,
+		prop:    c.Propagators,
+		grace:   max(c.CloseTimeout, 0),
+		clock:   c.Clock,
+		closing: make(chan struct{}),
+		topics:  make(map[string]*qstashTopic),
+		cancels: make(map[int]context.CancelFunc),
+	}
+	r, err := qstash.NewReceiver(&qstash.ReceiverConfig{
+		CurrentSigningKey: c.CurrentSigningKey,
+		NextSigningKey:    c.NextSigningKey,
+		URL:               c.URL,
+		Handler:           core.HandlerFunc(s.handle),
+		Deduper:           passThrough{},
+		Consumer:          "outboxwatermill",
+		MaxBodyBytes:      c.MaxBodyBytes,
+		Leeway:            c.Leeway,
+		Clock:             c.Clock,
+		Logger:            c.Logger,
+		OnDecision:        c.OnDecision,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.receiver = r
+	return s, nil
+}
+
+// ServeHTTP handles one QStash delivery.
+func (s *QStashSubscriber) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.receiver.ServeHTTP(w, r)
+}
+
+// Subscribe returns the channel of topic's deliveries. It is closed once ctx
+// is done or the subscriber is closed.
+func (s *QStashSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if topic == "" {
+		return nil, errors.New("outboxwatermill: subscribe: empty topic")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	t := s.topics[topic]
+	if t == nil {
+		t = &qstashTopic{deliveries: make(chan *message.Message)}
+		s.topics[topic] = t
+	}
+	if t.subs == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.subs++
+	subCtx, cancel := context.WithCancel(ctx)
+	id := s.nextID
+	s.nextID++
+	s.cancels[id] = cancel
+	out := make(chan *message.Message)
+
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			cancel()
+			delete(s.cancels, id)
+			if t.subs--; t.subs == 0 {
+				close(t.idle)
+			}
+		}()
+		for {
+			select {
+			case msg := <-t.deliveries:
+				select {
+				case out <- msg:
+				case <-subCtx.Done():
+					// Taken but not handed out: have QStash redeliver it.
+					msg.Nack()
+					return
+				}
+			case <-subCtx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Close ends every subscription and waits for their channels to close.
+// Deliveries arriving afterwards are answered 500 (QStash retries them). It
+// is idempotent.
+func (s *QStashSubscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	for _, cancel := range s.cancels {
+		cancel()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// handle is the receiver's handler: it hands the event to a subscription of
+// its topic and waits for the acknowledgement.
+func (s *QStashSubscriber) handle(ctx context.Context, e core.Event) error {
+	topic := s.topic(e)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	t := s.topics[topic]
+	if t == nil || t.subs == 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("%w %q (event %s)", ErrNoSubscription, topic, e.ID)
+	}
+	idle := t.idle
+	s.mu.Unlock()
+
+	msg, err := MessageFromEvent(e)
+	if err != nil {
+		return core.Permanent(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msg.SetContext(s.prop.Extract(mctx, tracing.HeaderCarrier(e.Headers)))
+
+	select {
+	case t.deliveries <- msg:
+	case <-idle:
+		return fmt.Errorf("%w %q (event %s)", ErrNoSubscription, topic, e.ID)
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	select {
+	case <-msg.Acked():
+		return nil
+	case <-msg.Nacked():
+		return ErrNacked
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closing:
+	}
+	tm := s.clock.NewTimer(s.grace)
+	defer tm.Stop()
+	select {
+	case <-msg.Acked():
+		return nil
+	case <-msg.Nacked():
+		return ErrNacked
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C():
+		return ErrClosed
+	}
+}
+
+// passThrough is a core.Deduper that runs every effect: the Watermill
+// handler deduplicates, in its own transaction.
+type passThrough struct{}
+
+func (passThrough) Once(ctx context.Context, _ core.DedupeKey, effect func(context.Context) error) (bool, error) {
+	if err := effect(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -327,7 +327,14 @@ func (m *Migrator) bootstrapSQL() []string {
 		// The key is a literal so the printed script and the executed one are
 		// the same text.
 		"SELECT pg_advisory_xact_lock(" + strconv.FormatInt(m.lockKey, 10) + ");",
-		"CREATE SCHEMA IF NOT EXISTS " + m.n.schemaQ + ";",
+		// Not CREATE SCHEMA IF NOT EXISTS: that checks the CREATE privilege
+		// on the database even when the schema exists, and application roles
+		// often have rights on their schema only.
+		"DO $outboxkit$ BEGIN\n" +
+			"    IF to_regnamespace(" + quoteLiteral(m.n.schemaQ) + ") IS NULL THEN\n" +
+			"        CREATE SCHEMA " + m.n.schemaQ + ";\n" +
+			"    END IF;\n" +
+			"END $outboxkit$;",
 		"CREATE TABLE IF NOT EXISTS " + m.n.versions + " (\n" +
 			"    target     text        NOT NULL,\n" +
 			"    version    integer     NOT NULL,\n" +

@@ -1,0 +1,414 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// claimAll claims every due event (database clock) and settles each with
+// the outcome outcome(i) says.
+func claimAll(t *testing.T, s *postgres.Store, outcome func(e core.Event) core.Outcome) []core.Event {
+	t.Helper()
+	ctx := ctxT(t)
+	b, err := s.Claim(ctx, core.ClaimRequest{Limit: 1000, LeaseFor: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outcome != nil {
+		out := make([]core.Outcome, len(b.Events))
+		for i, e := range b.Events {
+			out[i] = outcome(e)
+			out[i].ID = e.ID
+		}
+		if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: out}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Events
+}
+
+func TestEventFieldsRoundTrip(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ctx := ctxT(t)
+	for _, ordered := range []bool{false, true} {
+		s := newStore(t, db, postgres.Config{Ordering: ordered, Table: "outbox_events"})
+		created := time.Now().Add(-time.Hour).Truncate(time.Microsecond)
+		e := core.Event{
+			ID: core.NewID(), Type: "order.confirmed", SchemaVersion: 0, Source: "/orders",
+			AggregateType: "order", AggregateID: fmt.Sprint("o-", ordered), Sequence: 77,
+			Payload:     []byte(`{"total": "9.99", "items": [1, 2]}`),
+			Headers:     map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "x-tenant": "acme"},
+			Destination: "https://example.com/hook", CreatedAt: created,
+		}
+		free := mustEvent(t, "free", 1)
+		free.Sequence = 5 // kept as given: no aggregate
+		if err := addTx(ctx, s, db.pool, e, free); err != nil {
+			t.Fatal(err)
+		}
+		got := claimAll(t, s, func(core.Event) core.Outcome { return core.Outcome{Kind: core.Published} })
+		if len(got) != 2 || got[0].ID != e.ID {
+			t.Fatalf("claimed %v", got)
+		}
+		g := got[0]
+		wantSeq := int64(77)
+		if ordered {
+			wantSeq = 1 // assigned by the store
+		}
+		if g.Type != e.Type || g.SchemaVersion != 1 || g.Source != e.Source || g.AggregateType != e.AggregateType ||
+			g.AggregateID != e.AggregateID || g.Sequence != wantSeq || g.Destination != e.Destination ||
+			!g.CreatedAt.Equal(created) || !g.AvailableAt.Equal(created) || g.Attempts != 1 ||
+			len(g.Headers) != 2 || g.Headers["x-tenant"] != "acme" || !jsonEqual(g.Payload, e.Payload) {
+			t.Fatalf("ordered=%v: round trip changed the event:\n got %+v\nwant %+v", ordered, g, e)
+		}
+		if got[1].Sequence != 5 {
+			t.Fatalf("event without aggregate: Sequence %d, want the given 5", got[1].Sequence)
+		}
+	}
+}
+
+func TestOddHeadersFromOtherWritersDoNotStopTheRelay(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	_, err := db.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.outbox_events (id, event_type, payload, headers) VALUES (gen_random_uuid(), 'x', '{}', '{"n": 1, "s": "v", "o": {"a": true}}')`, db.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := claimAll(t, s, nil)
+	if len(got) != 1 || got[0].Headers["n"] != "1" || got[0].Headers["s"] != "v" || got[0].Headers["o"] != `{"a": true}` {
+		t.Fatalf("headers = %v", got[0].Headers)
+	}
+	// Headers that are not an object are refused at insert.
+	_, err = db.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.outbox_events (id, event_type, payload, headers) VALUES (gen_random_uuid(), 'x', '{}', '[1]')`, db.schema))
+	if err == nil {
+		t.Fatal("array headers accepted")
+	}
+}
+
+func TestNotifyOncePerTransaction(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 3)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	conn, err := pgx.ConnectConfig(ctx, db.pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	ch := s.Config().Channel
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := s.Add(ctx, tx, events(t, 5, "n")...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Notifications arrive in commit order: a marker sent afterwards bounds
+	// the wait without a timer.
+	if _, err := db.pool.Exec(ctx, "SELECT pg_notify($1, 'end')", ch); err != nil {
+		t.Fatal(err)
+	}
+	wakeups := 0
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Payload == "end" {
+			break
+		}
+		wakeups++
+	}
+	if wakeups != 1 {
+		t.Fatalf("a transaction with three Add calls sent %d notifications, want 1", wakeups)
+	}
+}
+
+func TestGetDeadLettersPurge(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	evs := events(t, 6, "ops")
+	if err := addTx(ctx, s, db.pool, evs...); err != nil {
+		t.Fatal(err)
+	}
+	// 0: published, 1-3: dead, 4: leased, 5: pending.
+	b, err := s.Claim(ctx, core.ClaimRequest{Limit: 5, LeaseFor: time.Hour})
+	if err != nil || len(b.Events) != 5 {
+		t.Fatalf("claim: %v", err)
+	}
+	out := []core.Outcome{{ID: evs[0].ID, Kind: core.Published}}
+	for _, e := range evs[1:4] {
+		out = append(out, core.Outcome{ID: e.ID, Kind: core.DeadLettered, Error: "poison \x00 with NUL"})
+	}
+	if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: out}); err != nil {
+		t.Fatal(err)
+	}
+	wantState := []postgres.State{postgres.StatePublished, postgres.StateDeadLettered, postgres.StateDeadLettered, postgres.StateDeadLettered, postgres.StateLeased, postgres.StatePending}
+	for i, e := range evs {
+		r, err := s.Get(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != wantState[i] || r.ID != e.ID {
+			t.Fatalf("event %d: state %s, want %s", i, r.State, wantState[i])
+		}
+		if r.State == postgres.StateDeadLettered && (r.LastError != "poison  with NUL" || r.DeadAt.IsZero()) {
+			t.Fatalf("dead letter record: %+v", r)
+		}
+	}
+	if _, err := s.Get(ctx, core.NewID()); !errors.Is(err, postgres.ErrNotFound) {
+		t.Fatalf("Get of an unknown ID: %v, want ErrNotFound", err)
+	}
+
+	// Page through the dead letters two at a time.
+	var seen []core.ID
+	after := core.ID{}
+	for {
+		page, err := s.DeadLetters(ctx, 2, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, r := range page {
+			seen = append(seen, r.ID)
+		}
+		after = page[len(page)-1].ID
+	}
+	if len(seen) != 3 {
+		t.Fatalf("paged through %d dead letters, want 3", len(seen))
+	}
+
+	if _, err := s.Purge(ctx, core.ReplayFilter{}); !errors.Is(err, postgres.ErrEmptyFilter) {
+		t.Fatalf("Purge with an empty filter: %v, want ErrEmptyFilter", err)
+	}
+	n, err := s.Purge(ctx, core.ReplayFilter{IDs: []core.ID{evs[1].ID, evs[4].ID, evs[5].ID}})
+	if err != nil || n != 1 {
+		t.Fatalf("Purge by IDs = %d, %v; want 1 (pending and leased events are never purged)", n, err)
+	}
+	n, err = s.Purge(ctx, core.ReplayFilter{DeadOnly: true})
+	if err != nil || n != 2 {
+		t.Fatalf("Purge of dead letters = %d, %v; want 2", n, err)
+	}
+	if got := count(t, db, "true"); got != 3 {
+		t.Fatalf("%d rows left, want 3 (published, leased, pending)", got)
+	}
+}
+
+func TestReplayFilters(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	base := time.Now().Add(-time.Hour).Truncate(time.Second)
+	mk := func(typ, agg string, at time.Time) core.Event {
+		e := mustEvent(t, typ, 1)
+		e.AggregateType, e.AggregateID, e.CreatedAt = "order", agg, at
+		return e
+	}
+	evs := []core.Event{
+		mk("a", "1", base), mk("b", "1", base.Add(time.Minute)), mk("a", "2", base.Add(2*time.Minute)),
+		mk("c", "3", base.Add(3*time.Minute)), mk("a", "3", base.Add(4*time.Minute)),
+	}
+	if err := addTx(ctx, s, db.pool, evs...); err != nil {
+		t.Fatal(err)
+	}
+	publishAll := func() {
+		claimAll(t, s, func(core.Event) core.Outcome { return core.Outcome{Kind: core.Published} })
+	}
+	publishAll()
+	pending := mk("a", "1", base) // pending events are never replayed
+	pending.AvailableAt = time.Now().Add(time.Hour)
+	if err := addTx(ctx, s, db.pool, pending); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		f    core.ReplayFilter
+		want int64
+	}{
+		{"types", core.ReplayFilter{Types: []string{"a", "c"}}, 4},
+		{"aggregate", core.ReplayFilter{AggregateType: "order", AggregateID: "1"}, 2},
+		{"time range", core.ReplayFilter{Since: base.Add(time.Minute), Until: base.Add(3 * time.Minute)}, 2},
+		{"type and range", core.ReplayFilter{Types: []string{"a"}, Since: base.Add(time.Minute)}, 2},
+		{"all", core.ReplayFilter{All: true}, 5},
+		{"dead only", core.ReplayFilter{DeadOnly: true}, 0},
+	}
+	for _, c := range cases {
+		n, err := s.Replay(ctx, c.f)
+		if err != nil || n != c.want {
+			t.Fatalf("%s: Replay = %d, %v; want %d", c.name, n, err, c.want)
+		}
+		got := claimAll(t, s, func(core.Event) core.Outcome { return core.Outcome{Kind: core.Published} })
+		if int64(len(got)) != c.want {
+			t.Fatalf("%s: claimed %d after replay, want %d", c.name, len(got), c.want)
+		}
+		for _, e := range got {
+			if e.Attempts != 1 {
+				t.Fatalf("%s: replayed event has Attempts %d, want 1", c.name, e.Attempts)
+			}
+		}
+		publishAll()
+	}
+	if _, err := s.Replay(ctx, core.ReplayFilter{}); !errors.Is(err, postgres.ErrEmptyFilter) {
+		t.Fatalf("empty filter: %v", err)
+	}
+}
+
+func TestPruneInBatches(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	if err := addTx(ctx, s, db.pool, events(t, 27, "p")...); err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	claimAll(t, s, func(core.Event) core.Outcome {
+		i++
+		if i <= 2 {
+			return core.Outcome{Kind: core.DeadLettered, Error: "x"}
+		}
+		return core.Outcome{Kind: core.Published}
+	})
+	var progress []int64
+	n, err := s.Prune(ctx, core.PruneRequest{PublishedBefore: time.Now().Add(time.Hour), BatchSize: 10, Progress: func(d int64) { progress = append(progress, d) }})
+	if err != nil || n != 25 {
+		t.Fatalf("Prune = %d, %v; want 25", n, err)
+	}
+	if fmt.Sprint(progress) != "[10 20 25]" {
+		t.Fatalf("progress = %v, want [10 20 25]", progress)
+	}
+	if got := count(t, db, "dead_at IS NOT NULL"); got != 2 {
+		t.Fatalf("%d dead letters left, want 2: pruning never deletes them", got)
+	}
+	if _, err := s.Prune(ctx, core.PruneRequest{}); err == nil {
+		t.Fatal("Prune without PublishedBefore succeeded")
+	}
+}
+
+func TestStatsUsesDatabaseClock(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	old := mustEvent(t, "old", 1)
+	old.CreatedAt = time.Now().Add(-time.Hour)
+	old.AvailableAt = time.Now().Add(time.Hour) // not due, still pending
+	if err := addTx(ctx, s, db.pool, old, mustEvent(t, "new", 1)); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pending != 2 || st.OldestPendingAge < 59*time.Minute || st.OldestPendingAge > 2*time.Hour || st.Attempts[0] != 2 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+func TestDeduperRunsEffectInItsTransaction(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 3)
+	ctx := ctxT(t)
+	if _, err := db.pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %q.ledger (event_id uuid, amount int)", db.schema)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.NewDeduper(db.pool, &postgres.DeduperConfig{Schema: db.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := fmt.Sprintf("INSERT INTO %q.ledger VALUES ($1, $2)", db.schema)
+	boom := errors.New("boom")
+	fail := true
+	h := core.ChainHandler(postgres.Effect(func(ctx context.Context, tx pgx.Tx, e core.Event) error {
+		if _, err := tx.Exec(ctx, insert, e.ID.String(), 10); err != nil {
+			return err
+		}
+		if fail {
+			return core.Permanent(boom)
+		}
+		return nil
+	}), core.Idempotent(d, "billing"))
+
+	e := mustEvent(t, "charge", 1)
+	if err := h.Handle(ctx, e); !errors.Is(err, boom) || !core.IsPermanent(err) {
+		t.Fatalf("failing effect: err = %v, want the effect's error, still permanent", err)
+	}
+	ledger := func() int {
+		var n int
+		if err := db.pool.QueryRow(ctx, fmt.Sprintf("SELECT count(*) FROM %q.ledger", db.schema)).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if ledger() != 0 {
+		t.Fatal("the failed effect's write was committed")
+	}
+	fail = false
+	for i := 0; i < 3; i++ {
+		if err := h.Handle(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ledger() != 1 {
+		t.Fatalf("ledger has %d rows after 3 deliveries, want 1", ledger())
+	}
+
+	// Without the deduper there is no transaction, and Effect says so.
+	bare := postgres.Effect(func(context.Context, pgx.Tx, core.Event) error { return nil })
+	if err := bare.Handle(ctx, e); !errors.Is(err, postgres.ErrNoTx) {
+		t.Fatalf("Effect without a deduper: %v, want ErrNoTx", err)
+	}
+	if _, ok := postgres.TxFromContext(ctx); ok {
+		t.Fatal("TxFromContext found a transaction in a plain context")
+	}
+
+	// Retention of processed records.
+	n, err := d.Prune(ctx, time.Now().Add(time.Hour))
+	if err != nil || n != 1 {
+		t.Fatalf("deduper Prune = %d, %v; want 1", n, err)
+	}
+	if applied, err := d.Once(ctx, core.DedupeKey{Consumer: "billing", EventID: e.ID}, func(context.Context) error { return nil }); err != nil || !applied {
+		t.Fatalf("Once after pruning its record = %v, %v; want it to run again", applied, err)
+	}
+	if _, err := d.Once(ctx, core.DedupeKey{EventID: e.ID}, func(context.Context) error { return nil }); !errors.Is(err, core.ErrInvalidConfig) {
+		t.Fatalf("Once without a consumer: %v", err)
+	}
+}
+
+func TestDeduperOnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, 2)
+	d, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: pgtest.Schema(t, pool, "empty")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	_, err = d.Once(ctxT(t), core.DedupeKey{Consumer: "c", EventID: core.NewID()}, func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, postgres.ErrNotMigrated) || ran {
+		t.Fatalf("Once on an empty schema = %v (ran %v), want ErrNotMigrated", err, ran)
+	}
+}

@@ -27,3 +27,4 @@ deps-check:
 
 examples-smoke:
 	$(GO) run ./examples/inmemory
+	$(GO) run ./examples/quickstart

@@ -139,9 +139,6 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 	return r, nil
 }
 
-// Verifier returns the Receiver's signature verifier.
-func (rc *Receiver) Verifier() *Verifier { return rc.verifier }
-
 // ServeHTTP handles one delivery.
 func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	d := Decision{Delivery: deliveryFromHeader(r.Header)}
@@ -255,6 +252,17 @@ func (rc *Receiver) respond(w http.ResponseWriter, d *Decision) {
 }
 
 func (rc *Receiver) logDecision(ctx context.Context, d *Decision) {
+	level, msg := slog.LevelDebug, "qstash: delivery handled"
+	var pe *core.PanicError
+	switch {
+	case errors.As(d.Err, &pe):
+		level, msg = slog.LevelError, "qstash: handler panicked"
+	case d.Err != nil:
+		level, msg = slog.LevelWarn, "qstash: delivery refused or failed"
+	}
+	if !rc.log.Enabled(ctx, level) {
+		return // spare the hot path the attributes
+	}
 	attrs := []slog.Attr{
 		slog.String("outcome", d.Outcome.String()),
 		slog.Int("status", d.Status),
@@ -267,15 +275,8 @@ func (rc *Receiver) logDecision(ctx context.Context, d *Decision) {
 	if d.Err != nil {
 		attrs = append(attrs, slog.Any("error", d.Err))
 	}
-	level := slog.LevelDebug
-	msg := "qstash: delivery handled"
-	var pe *core.PanicError
-	switch {
-	case errors.As(d.Err, &pe):
-		level, msg = slog.LevelError, "qstash: handler panicked"
+	if pe != nil {
 		attrs = append(attrs, slog.String("stack", string(pe.Stack)))
-	case d.Err != nil:
-		level, msg = slog.LevelWarn, "qstash: delivery refused or failed"
 	}
 	rc.log.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -1,0 +1,137 @@
+// Package qstash connects outboxkit to Upstash QStash: a Publisher the relay
+// uses to hand events to QStash, and a Receiver, the http.Handler of the
+// consumer endpoints QStash delivers them to.
+//
+// # Publishing
+//
+//	pub, err := qstash.NewPublisher(&qstash.PublisherConfig{
+//		BaseURL:     os.Getenv("QSTASH_URL"), // "" means https://qstash.upstash.io
+//		Token:       os.Getenv("QSTASH_TOKEN"),
+//		Destination: qstash.Target{URL: "https://billing.example.com/qstash/orders"},
+//		Routes: map[string]qstash.Target{
+//			"order.shipped": {URLGroup: "shipping"},
+//		},
+//		FlowControl: &qstash.FlowControl{Parallelism: 1}, // one delivery at a time per aggregate
+//	})
+//	if err != nil { ... }
+//	defer pub.Close()
+//	relay, err := core.NewRelay(store, pub, nil)
+//
+// A Publish of several events is one POST /v2/batch (split every
+// MaxBatchSize events); a single event is one POST /v2/publish (or
+// /v2/enqueue when its Target has a Queue). Each message carries:
+//
+//   - the payload as its body, unchanged;
+//   - the event as CloudEvents binary-mode headers (ce-id, ce-type, ...,
+//     traceparent, custom ce-x-* headers), each sent as
+//     Upstash-Forward-<name> so QStash delivers it as <name>;
+//   - Upstash-Deduplication-Id = the event ID, so a relay that republishes
+//     after a crash is deduplicated by QStash within its 10-minute window
+//     (the consumer's Deduper covers the rest);
+//   - Upstash-Not-Before when Event.AvailableAt is in the future;
+//   - the configured options: retries, retry delay, timeout, delay,
+//     callbacks, label, and flow control keyed by the aggregate
+//     (Event.AggregateKey) unless FlowControl.Key says otherwise.
+//
+// Routing: PublisherConfig.Route decides everything when set; otherwise a
+// non-empty Event.Destination (a URL or a URL group name) replaces the
+// destination, Routes picks a target per event type, and Destination is the
+// fallback.
+//
+// Errors follow core's conventions so the relay retries what can succeed and
+// dead-letters what cannot. Publish returns a *core.BatchError aligned with
+// its input when QStash refused only some messages of a batch.
+//
+//	Answer or failure                      Error                                  Relay
+//	2xx (including 202 "deduplicated")     nil                                    published
+//	batch element {"error": ...}           core.Permanent(*APIError, Index set)   dead-letter
+//	4xx other than 429                     core.Permanent(*APIError)              dead-letter
+//	429                                    core.RetryAfter(*APIError, reset)      retry, not before reset
+//	5xx, 3xx                               *APIError (RetryAfter if announced)    retry
+//	network error, ctx done                wrapped error                          retry
+//	no route, unsendable header            core.Permanent(...)                    dead-letter
+//
+// The reset of a 429 is read from RateLimit-Reset (daily quota) or
+// Burst-RateLimit-Reset (unix seconds), or Retry-After.
+//
+// The official Go SDK (github.com/upstash/qstash-go v1.0.0) is not used to
+// publish: it has no context.Context, cannot send flow control, retry delay
+// or labels, never closes response bodies, loses the status of non-JSON
+// errors, panics on a missing token and reads QSTASH_URL behind the
+// caller's back. Nor does this package read QSTASH_URL: programs pass it in.
+//
+// # Receiving
+//
+// A consumer endpoint verifies the delivery, decodes the event and applies
+// its effect once, in the same transaction as the record that it was
+// applied. With PostgreSQL:
+//
+//	dedup, err := postgres.NewDeduper(pool, nil)
+//	if err != nil { ... }
+//	mux := core.NewMux()
+//	mux.Register("order.confirmed", postgres.Effect(func(ctx context.Context, tx pgx.Tx, e core.Event) error {
+//		_, err := tx.Exec(ctx, `UPDATE invoices SET confirmed = true WHERE order_id = $1`, e.AggregateID)
+//		return err
+//	}))
+//	rc, err := qstash.NewReceiver(&qstash.ReceiverConfig{
+//		CurrentSigningKey: os.Getenv("QSTASH_CURRENT_SIGNING_KEY"),
+//		NextSigningKey:    os.Getenv("QSTASH_NEXT_SIGNING_KEY"),
+//		URL:               "https://billing.example.com/qstash/orders", // exactly as published
+//		Handler:           mux,
+//		Deduper:           dedup,
+//		Consumer:          "billing",
+//	})
+//	if err != nil { ... }
+//	http.Handle("POST /qstash/orders", rc)
+//
+// The handler learns QStash's message ID and retry count from
+// DeliveryFromContext; OnDecision tells tracing and metrics whether each
+// delivery was applied, a duplicate, or refused and why.
+//
+// # What is verified, and why
+//
+// Anyone can POST to a public endpoint; only QStash holds the signing keys.
+// Verifier accepts an Upstash-Signature only if it is an HS256 JWT (no other
+// algorithm, so "none" and key-confusion tricks are out) whose HMAC matches
+// the current or the next key (the next one keeps deliveries flowing while
+// keys rotate), whose iss is "Upstash", whose sub is exactly the configured
+// URL (a token for another endpoint cannot be replayed here), whose exp is
+// present and not past and whose nbf and iat are not in the future (within
+// DefaultLeeway of clock skew: a captured token dies after QStash's 5
+// minutes), and whose body claim is the SHA-256 of the exact body received
+// (a valid token cannot carry another body). Empty keys are refused when the
+// Verifier is built, since an unset variable must not become a key anyone
+// can sign with. The official SDK's verifier is weaker on each of these
+// points except the body hash.
+//
+// A valid signature proves the request came from QStash, not that it is
+// new: QStash retries, and relays may publish an event twice. That is what
+// the Deduper is for, keyed by the event ID, never by QStash's message ID
+// (which changes on republish).
+//
+// # Status codes
+//
+//	Status  When                                          QStash then          Effect
+//	200     effect committed now                          done                 applied
+//	200     event already recorded by the Deduper         done                 none (duplicate)
+//	400     CloudEvents headers missing or malformed      retries, then DLQ    none
+//	401     signature missing or invalid                  retries, then DLQ    none
+//	405     not a POST                                    retries, then DLQ    none
+//	413     body over MaxBodyBytes                        retries, then DLQ    none
+//	489     handler returned core.Permanent               DLQ at once          rolled back
+//	        (with Upstash-NonRetryable-Error: true)
+//	500     handler or Deduper failed, or panicked        retries              rolled back
+//	503     as 500, with the error's core.RetryAfter      retries after it     rolled back
+//	        hint as Retry-After
+//
+// Bodies are small JSON documents ({"status":"applied","eventId":...});
+// error details go to the Logger, not to the response, because QStash keeps
+// failed responses in its DLQ.
+//
+// # Testing
+//
+// Package qstashdev is an in-memory QStash for tests and local development:
+// point BaseURL at it and configure the Receiver with its default keys.
+// Signer mints tokens the way QStash does, for tests that call a Receiver
+// directly.
+package qstash

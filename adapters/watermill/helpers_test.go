@@ -2,12 +2,18 @@ package outboxwatermill_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // memoryAdder makes a memory store (which takes no transaction) an Adder.
@@ -46,4 +52,83 @@ func fastSubscriber() *outboxwatermill.OutboxSubscriberConfig {
 			DisableJitter:  true,
 		},
 	}
+}
+
+// newPostgresStore returns a migrated store in a fresh schema and its pool
+// (at most maxConns connections).
+func newPostgresStore(t testing.TB, maxConns int32) (*pgxpool.Pool, *postgres.Store) {
+	t.Helper()
+	pool := pgtest.Pool(t, maxConns)
+	schema := pgtest.Schema(t, pool, "wm")
+	if err := postgres.Migrate(context.Background(), pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	store, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, store
+}
+
+// receive returns the next message from ch, failing the test after timeout.
+func receive(t testing.TB, ch <-chan *message.Message, timeout time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-ch:
+		if !ok {
+			t.Fatal("subscription channel closed")
+		}
+		return msg
+	case <-time.After(timeout):
+		t.Fatalf("no message within %s", timeout)
+	}
+	return nil
+}
+
+// collector records the events a Watermill subscription receives, acking
+// each, until the subscription ends.
+type collector struct {
+	mu     sync.Mutex
+	events []core.Event
+	msgs   []*message.Message
+	errs   []error
+	done   chan struct{}
+}
+
+func collect(ch <-chan *message.Message) *collector {
+	c := &collector{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for msg := range ch {
+			e, err := outboxwatermill.EventFromMessage(msg)
+			c.mu.Lock()
+			if err != nil {
+				c.errs = append(c.errs, err)
+			} else {
+				c.events = append(c.events, e)
+				c.msgs = append(c.msgs, msg)
+			}
+			c.mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return c
+}
+
+func (c *collector) Events() []core.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]core.Event(nil), c.events...)
+}
+
+func (c *collector) Messages() []*message.Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*message.Message(nil), c.msgs...)
+}
+
+func (c *collector) Errs() []error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]error(nil), c.errs...)
 }

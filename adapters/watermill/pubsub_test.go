@@ -1,7 +1,6 @@
 package outboxwatermill_test
 
 import (
-	"context"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
-	"github.com/outboxkit/outboxkit/internal/pgtest"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
@@ -73,16 +71,7 @@ func TestPubSubMemory(t *testing.T) {
 
 func TestPubSubPostgres(t *testing.T) {
 	t.Parallel()
-	pool := pgtest.Pool(t, 20)
-	schema := pgtest.Schema(t, pool, "wm")
-	ctx := context.Background()
-	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	store, err := postgres.New(pool, &postgres.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store := newPostgresStore(t, 20)
 	tests.TestPubSub(t, outboxFeatures, func(t *testing.T) (message.Publisher, message.Subscriber) {
 		// The pool as the "transaction": each Publish commits on its own.
 		pub, err := outboxwatermill.NewTxPublisher[postgres.DBTX](store, pool, suitePublisherConfig)

@@ -10,6 +10,8 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,58 +42,88 @@ func (r *attemptResult) errorText() string {
 }
 
 // attempt makes one HTTP request to m's destination. It runs without the
-// lock and reads only m's fixed fields.
-func (s *Server) attempt(m *message, retried int) attemptResult {
+// lock and reads only m's fixed fields (and m.u, which only the worker
+// holding the message touches).
+func (s *Server) attempt(parent context.Context, m *message, retried int) attemptResult {
 	timeout := m.timeout
 	if timeout == 0 {
 		timeout = s.cfg.Timeout
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, m.method, m.url, bytes.NewReader(m.body))
-	if err != nil {
-		return attemptResult{err: fmt.Errorf("build request: %w", err)}
+	if m.u == nil {
+		u, err := url.Parse(m.url)
+		if err != nil {
+			return attemptResult{err: fmt.Errorf("parse destination: %w", err)}
+		}
+		m.u = u
 	}
-	h := make(http.Header, len(m.header)+6)
-	for k, v := range m.header {
-		h[k] = v
-	}
-	h["User-Agent"] = []string{"Upstash-QStash"}
-	h["Upstash-Signature"] = []string{s.signer.Load().sign(m.url, m.body, s.clock.Now(), jwtID())}
-	h["Upstash-Message-Id"] = []string{m.id}
-	h["Upstash-Retried"] = []string{strconv.Itoa(retried)}
+	// QStash's own headers; they override forwarded ones of the same name.
+	fixed := make([]string, 0, 14)
+	fixed = append(fixed,
+		"User-Agent", "Upstash-QStash",
+		"Upstash-Signature", s.signer.Load().sign(m.url, m.body, s.clock.Now(), jwtID()),
+		"Upstash-Message-Id", m.id,
+		"Upstash-Retried", strconv.Itoa(retried),
+	)
 	if m.callerIP != "" {
-		h["Upstash-Caller-Ip"] = []string{m.callerIP}
+		fixed = append(fixed, "Upstash-Caller-Ip", m.callerIP)
 	}
 	if m.group != "" {
-		h["Upstash-Topic-Name"] = []string{m.group}
+		fixed = append(fixed, "Upstash-Topic-Name", m.group)
 	}
-	req.Header = h
+	wantBody := func(status int) bool { return m.callback != "" || status < 200 || status > 299 }
 
-	resp, err := s.client.Do(req)
+	var (
+		res attemptResult
+		err error
+	)
+	if s.lan != nil && s.lan.handles(m.u) {
+		res, err = s.lan.do(parent, &lanRequest{u: m.u, method: m.method, fixed: fixed, header: m.header,
+			body: m.body, wantBody: wantBody, maxBody: s.cfg.MaxResponseBytes}, timeout)
+	} else {
+		res, err = s.attemptStd(parent, m, fixed, timeout, wantBody)
+	}
 	if err != nil {
 		if s.ctx.Err() != nil {
 			return attemptResult{aborted: true}
 		}
-		if errors.Is(err, context.DeadlineExceeded) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
 			err = fmt.Errorf("timeout: no response within %s", timeout)
 		}
 		return attemptResult{err: err}
 	}
+	return res
+}
+
+// attemptStd sends through net/http: https, proxies, or Config.Client.
+func (s *Server) attemptStd(parent context.Context, m *message, fixed []string, timeout time.Duration, wantBody func(int) bool) (attemptResult, error) {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, m.method, m.url, bytes.NewReader(m.body))
+	if err != nil {
+		return attemptResult{}, fmt.Errorf("build request: %w", err)
+	}
+	h := make(http.Header, len(m.header)+len(fixed)/2)
+	for k, v := range m.header {
+		h[k] = v
+	}
+	for i := 0; i+1 < len(fixed); i += 2 {
+		h[fixed[i]] = []string{fixed[i+1]}
+	}
+	req.Header = h
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return attemptResult{}, err
+	}
+	defer resp.Body.Close()
 	res := attemptResult{status: resp.StatusCode, header: resp.Header}
-	// A success body is only needed for a callback; a failure's goes to the
-	// DLQ.
-	if m.callback != "" || !res.ok() {
-		res.body, err = io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes))
-		if err != nil && s.ctx.Err() != nil {
-			resp.Body.Close()
-			return attemptResult{aborted: true}
+	if wantBody(resp.StatusCode) {
+		if res.body, err = io.ReadAll(io.LimitReader(resp.Body, s.cfg.MaxResponseBytes)); err != nil {
+			return attemptResult{}, err
 		}
 	}
 	// Drain (boundedly) so the connection goes back to the pool.
 	_, _ = io.CopyN(io.Discard, resp.Body, 1<<20)
-	resp.Body.Close()
-	return res
+	return res, nil
 }
 
 // outcome holds what an attempt's completion creates, prepared before the

@@ -24,6 +24,7 @@ type Server struct {
 	clock     Clock
 	client    *http.Client
 	transport *http.Transport // ours to close; nil when Config.Client is set
+	lan       *lanClient      // fast path for plain http; nil when Config.Client is set
 	ids       *idSource
 	log       *slog.Logger
 	signer    atomic.Pointer[signer] // the current key's signer
@@ -100,6 +101,7 @@ func New(cfg Config) (*Server, error) {
 		t.DisableCompression = true
 		s.transport = t
 		s.client = &http.Client{Transport: t}
+		s.lan = newLANClient(cfg.Concurrency)
 	}
 	// QStash does not follow redirects: a 3xx is a failed attempt.
 	s.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
@@ -182,6 +184,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, ctx.Err())
 		s.cancel()
+		if s.lan != nil {
+			s.lan.close()
+		}
 		<-done
 	}
 	s.finishStop()
@@ -193,6 +198,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) Close() error {
 	servers := s.beginStop()
 	s.cancel()
+	if s.lan != nil {
+		s.lan.close() // fail attempts blocked on a hung destination
+	}
 	var errs []error
 	for _, hs := range servers {
 		if err := hs.Close(); err != nil {
@@ -225,6 +233,9 @@ func (s *Server) finishStop() {
 	s.cancel()
 	if s.transport != nil {
 		s.transport.CloseIdleConnections()
+	}
+	if s.lan != nil {
+		s.lan.close()
 	}
 }
 
@@ -339,11 +350,30 @@ func (s *Server) scheduler() {
 }
 
 // worker runs delivery attempts from the ready list. A fixed pool bounds
-// the goroutines and sockets a burst of messages can use.
+// the goroutines and sockets a burst of messages can use. Each worker
+// settles its last attempt and takes the next message in one critical
+// section, so a delivery costs one lock acquisition: with dozens of workers
+// on a few cores, a second one per message turns the lock into a convoy.
 func (s *Server) worker() {
 	defer s.workers.Done()
+	// Attempt contexts hang off a per-worker context rather than s.ctx
+	// directly, so creating and cancelling them does not contend on one
+	// parent's lock.
+	wctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	var (
+		last    *message
+		retried int
+		res     attemptResult
+		out     *outcome
+	)
+	s.mu.Lock()
 	for {
-		s.mu.Lock()
+		if last != nil {
+			s.inflight--
+			s.completeLocked(last, retried, &res, out)
+			last = nil
+		}
 		for s.ready.len() == 0 && !s.stopping {
 			s.workCond.Wait()
 		}
@@ -353,21 +383,18 @@ func (s *Server) worker() {
 		}
 		m := s.ready.pop()
 		if m.state != stReady {
-			s.mu.Unlock()
 			continue // cancelled while ready
 		}
 		m.state = stActive
-		retried := m.retried
+		retried = m.retried
 		s.inflight++
 		s.recordLocked(m, StateActive, s.clock.Now(), "", time.Time{}, 0)
 		s.mu.Unlock()
 
-		res := s.attempt(m, retried)
-		out := s.prepareOutcome(m, retried, &res)
+		res = s.attempt(wctx, m, retried)
+		out = s.prepareOutcome(m, retried, &res)
+		last = m
 
 		s.mu.Lock()
-		s.inflight--
-		s.completeLocked(m, retried, &res, out)
-		s.mu.Unlock()
 	}
 }

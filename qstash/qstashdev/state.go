@@ -3,6 +3,7 @@ package qstashdev
 import (
 	"container/heap"
 	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -64,6 +65,10 @@ type message struct {
 	holdsFC         bool      // occupies one of its flow-control key's slots
 	cancelRequested bool
 	fc              *flowKey // the key whose list or slot m is on (stWaitingFC, holdsFC)
+
+	// u is url parsed on the first attempt; only the worker holding the
+	// message touches it, and the lock hand-off orders the workers.
+	u *url.URL
 }
 
 type msgKind uint8

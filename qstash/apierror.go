@@ -51,6 +51,8 @@ type APIError struct {
 	RetryAfter time.Duration
 }
 
+// Error says the status (or batch position), QStash's message and any retry
+// hint.
 func (e *APIError) Error() string {
 	var b strings.Builder
 	b.WriteString("qstash: ")

@@ -33,6 +33,7 @@ const (
 	OutcomeTooLarge
 )
 
+// String returns a stable snake_case name, suitable as a metric attribute.
 func (o Outcome) String() string {
 	switch o {
 	case OutcomeApplied:

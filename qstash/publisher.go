@@ -24,7 +24,9 @@ import (
 // reads QSTASH_URL from the environment, overriding the configuration. The
 // publish path is therefore written against the HTTP API, which is small. The
 // SDK is still the reference client: the tests check our signatures against
-// its Receiver, and qstashdev is tested with its Client.
+// its Receiver, and qstashdev is tested with its Client. Its types are not
+// re-exported either: SigningKeys is two strings, and tying this package's
+// API to the SDK's versions would buy nothing.
 
 // Publisher publishes events to QStash. It implements core.Publisher and is
 // safe for concurrent use.

@@ -53,6 +53,7 @@ func (t Target) destination() string {
 	return t.URLGroup
 }
 
+// String describes t for logs: the destination, and the queue if any.
 func (t Target) String() string {
 	if t.Queue != "" {
 		return "queue " + t.Queue + " → " + t.destination()

@@ -56,6 +56,7 @@ type VerificationError struct {
 	Detail string
 }
 
+// Error returns the reason and the detail.
 func (e *VerificationError) Error() string {
 	if e.Detail == "" {
 		return e.Reason.Error()

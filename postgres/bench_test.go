@@ -46,30 +46,32 @@ func BenchmarkAdd(b *testing.B) {
 // lease, then settle every event as published, with `workers` relays side by
 // side (the ceiling figures use 2).
 func BenchmarkClaimSettle(b *testing.B) {
-	for _, batch := range []int{100, 500} {
-		for _, workers := range []int{1, 2} {
-			b.Run(fmt.Sprintf("batch=%d/workers=%d", batch, workers), func(b *testing.B) {
-				db := newDB(b, int32(workers)+1)
-				s := newStore(b, db, postgres.Config{})
-				preload(b, db, b.N*batch)
-				ctx := context.Background()
-				b.ResetTimer()
-				runWorkers(b, workers, b.N, func() int {
-					bt, err := s.Claim(ctx, core.ClaimRequest{Limit: batch, LeaseFor: time.Minute})
-					if err != nil {
-						b.Error(err)
-						return 0
-					}
-					out := make([]core.Outcome, len(bt.Events))
-					for i, e := range bt.Events {
-						out[i] = core.Outcome{ID: e.ID, Kind: core.Published}
-					}
-					if err := s.Settle(ctx, core.SettleRequest{Lease: bt.Lease, Outcomes: out}); err != nil {
-						b.Error(err)
-					}
-					return len(bt.Events)
+	for _, del := range []bool{false, true} {
+		for _, batch := range []int{100, 500} {
+			for _, workers := range []int{1, 2} {
+				b.Run(fmt.Sprintf("delete=%v/batch=%d/workers=%d", del, batch, workers), func(b *testing.B) {
+					db := newDB(b, int32(workers)+1)
+					s := newStore(b, db, postgres.Config{DeletePublished: del})
+					preload(b, db, b.N*batch)
+					ctx := context.Background()
+					b.ResetTimer()
+					runWorkers(b, workers, b.N, func() int {
+						bt, err := s.Claim(ctx, core.ClaimRequest{Limit: batch, LeaseFor: time.Minute})
+						if err != nil {
+							b.Error(err)
+							return 0
+						}
+						out := make([]core.Outcome, len(bt.Events))
+						for i, e := range bt.Events {
+							out[i] = core.Outcome{ID: e.ID, Kind: core.Published}
+						}
+						if err := s.Settle(ctx, core.SettleRequest{Lease: bt.Lease, Outcomes: out}); err != nil {
+							b.Error(err)
+						}
+						return len(bt.Events)
+					})
 				})
-			})
+			}
 		}
 	}
 }

@@ -93,7 +93,8 @@ func cmpInt64(a, b int64) int {
 // Settle records the outcome of each event of one lease in one statement,
 // touching only rows whose lease token is still req.Lease.Token:
 //
-//   - Published: published_at = now, lease cleared.
+//   - Published: published_at = now, lease cleared (or, with
+//     Config.DeletePublished, the row deleted).
 //   - Retry: available_at = now + Delay, last_error = Error, lease cleared.
 //   - DeadLettered: dead_at = now, last_error = Error, lease cleared.
 //   - Released: lease cleared and Attempts given back; the event is due at
@@ -136,29 +137,52 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 
 	var rows pgx.Rows
 	var err error
-	if allPublished {
+	switch {
+	case allPublished && s.cfg.DeletePublished:
+		rows, err = s.pool.Query(ctx, s.deleteSQL, token, ids)
+	case allPublished:
 		rows, err = s.pool.Query(ctx, s.publishSQL, token, now, ids)
-	} else {
-		kinds := make([]int32, n)
-		errs := make([]string, n)
-		delays := make([]int64, n)
+	default:
+		var published []pgtype.UUID
+		others := ids
+		if s.cfg.DeletePublished {
+			others = make([]pgtype.UUID, 0, n)
+		}
+		kinds := make([]int32, 0, n)
+		errs := make([]string, 0, n)
+		delays := make([]int64, 0, n)
 		for i, o := range req.Outcomes {
+			var kind int32
+			var delay int64
 			switch o.Kind {
 			case core.Published:
-				kinds[i] = kindPublished
+				kind = kindPublished
 			case core.Retry:
-				kinds[i] = kindRetry
-				delays[i] = max(o.Delay, 0).Microseconds()
+				kind = kindRetry
+				delay = max(o.Delay, 0).Microseconds()
 			case core.DeadLettered:
-				kinds[i] = kindDead
+				kind = kindDead
 			case core.Released:
-				kinds[i] = kindReleased
+				kind = kindReleased
 			default:
 				return fmt.Errorf("outboxkit/postgres: settle: event %s has unknown outcome kind %d", o.ID, int(o.Kind))
 			}
-			errs[i] = cleanErrorText(o.Error)
+			if s.cfg.DeletePublished {
+				if kind == kindPublished {
+					published = append(published, ids[i])
+					continue
+				}
+				others = append(others, ids[i])
+			}
+			kinds = append(kinds, kind)
+			errs = append(errs, cleanErrorText(o.Error))
+			delays = append(delays, delay)
 		}
-		rows, err = s.pool.Query(ctx, s.settleSQL, token, now, ids, kinds, errs, delays)
+		if s.cfg.DeletePublished {
+			rows, err = s.pool.Query(ctx, s.settleDeleteSQL, token, now, others, kinds, errs, delays, published)
+		} else {
+			rows, err = s.pool.Query(ctx, s.settleSQL, token, now, ids, kinds, errs, delays)
+		}
 	}
 	if err != nil {
 		return wrap("settle", err)

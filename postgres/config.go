@@ -43,6 +43,14 @@ type Config struct {
 	// every relay of one table must agree on this setting. Defaults to false.
 	Ordering bool
 
+	// DeletePublished deletes an event's row as soon as it is settled as
+	// published, instead of stamping published_at and keeping it until Prune.
+	// Deleting costs the database less than writing a new row version, so
+	// relays drain faster; in exchange published events can be neither
+	// inspected nor replayed, and Prune has nothing to do. Dead letters are
+	// kept either way. Defaults to false.
+	DeletePublished bool
+
 	// DisableNotify stops Add from sending NOTIFY, and makes Listen a no-op
 	// that waits for its context. Relays then find events by polling alone.
 	// Consider it when writers commit thousands of transactions per second:

@@ -12,11 +12,13 @@ import (
 
 // storeFactory gives every call a fresh migrated schema on one shared pool,
 // and writes each batch in its own transaction as a service would.
-func storeFactory(t *testing.T, maxConns int32) coretest.StoreFactory {
+func storeFactory(t *testing.T, maxConns int32, base postgres.Config) coretest.StoreFactory {
 	pool := pgtest.Pool(t, maxConns)
 	return func(t *testing.T, opts coretest.StoreOptions) (core.Store, coretest.WriteFunc) {
 		db := testDB{pool: pool, schema: migratedSchema(t, pool)}
-		s := newStore(t, db, postgres.Config{Ordering: opts.Ordering})
+		cfg := base
+		cfg.Ordering = opts.Ordering
+		s := newStore(t, db, cfg)
 		return s, func(ctx context.Context, events ...core.Event) error {
 			return addTx(ctx, s, pool, events...)
 		}
@@ -25,14 +27,23 @@ func storeFactory(t *testing.T, maxConns int32) coretest.StoreFactory {
 
 func TestStoreConformance(t *testing.T) {
 	t.Parallel()
-	coretest.TestStore(t, storeFactory(t, 8), coretest.StoreFeatures{
+	coretest.TestStore(t, storeFactory(t, 8, postgres.Config{}), coretest.StoreFeatures{
 		Ordering: true, Notifier: true, Stats: true, Replay: true, Prune: true, DestinationFilter: true,
+	})
+}
+
+// With DeletePublished, published events are gone at once: nothing to
+// replay or prune, everything else as usual.
+func TestStoreConformanceDeletePublished(t *testing.T) {
+	t.Parallel()
+	coretest.TestStore(t, storeFactory(t, 8, postgres.Config{DeletePublished: true}), coretest.StoreFeatures{
+		Ordering: true, Notifier: true, Stats: true, DestinationFilter: true,
 	})
 }
 
 func TestFaults(t *testing.T) {
 	t.Parallel()
-	coretest.TestFaults(t, storeFactory(t, 4), coretest.FaultOptions{})
+	coretest.TestFaults(t, storeFactory(t, 4, postgres.Config{}), coretest.FaultOptions{})
 }
 
 func TestDeduperConformance(t *testing.T) {

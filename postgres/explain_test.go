@@ -53,6 +53,8 @@ ANALYZE `+tbl)
 			{"publish", s.PublishSQLForTest(), []any{token, noTime, ids}, "outbox_events_pkey"},
 			{"publish one", s.PublishSQLForTest(), []any{token, noTime, ids[:1]}, "outbox_events_pkey"},
 			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey"},
+			{"delete", s.DeleteSQLForTest(), []any{token, ids}, "outbox_events_pkey"},
+			{"settle delete", s.SettleDeleteSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], ids[batch/2:]}, "outbox_events_pkey"},
 			{"prune", s.PruneSQLForTest(), []any{time.Now(), 1000}, "outbox_events_published_idx"},
 		}
 		for _, c := range cases {

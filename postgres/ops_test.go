@@ -412,3 +412,31 @@ func TestDeduperOnUnmigratedSchema(t *testing.T) {
 		t.Fatalf("Once on an empty schema = %v (ran %v), want ErrNotMigrated", err, ran)
 	}
 }
+
+func TestDeletePublished(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{DeletePublished: true})
+	ctx := ctxT(t)
+	evs := events(t, 4, "d")
+	if err := addTx(ctx, s, db.pool, evs...); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[core.ID]core.OutcomeKind{evs[0].ID: core.Published, evs[1].ID: core.Retry, evs[2].ID: core.DeadLettered, evs[3].ID: core.Published}
+	claimAll(t, s, func(e core.Event) core.Outcome { return core.Outcome{Kind: kinds[e.ID], Error: "x", Delay: time.Hour} })
+	for i, e := range evs {
+		_, err := s.Get(ctx, e.ID)
+		if gone := errors.Is(err, postgres.ErrNotFound); gone != (kinds[e.ID] == core.Published) {
+			t.Fatalf("event %d (%v): Get err = %v", i, kinds[e.ID], err)
+		}
+	}
+	// The all-published path deletes too.
+	more := events(t, 3, "d")
+	if err := addTx(ctx, s, db.pool, more...); err != nil {
+		t.Fatal(err)
+	}
+	claimAll(t, s, func(core.Event) core.Outcome { return core.Outcome{Kind: core.Published} })
+	if n := count(t, db, "true"); n != 2 {
+		t.Fatalf("%d rows left, want 2 (the retrying and the dead-lettered event)", n)
+	}
+}

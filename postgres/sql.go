@@ -146,9 +146,9 @@ const (
 // batch of a few hundred IDs makes the planner's default costs favour a
 // sequential scan of every row ever kept, which is exactly what must not
 // grow with history.
-func rowsByID(n names) string {
+func rowsByID(n names, param string) string {
 	return `t.ctid = ANY(ARRAY(
-	SELECT (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = i.id) FROM unnest($3::uuid[]) AS i(id)))`
+	SELECT (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = i.id) FROM unnest(` + param + `::uuid[]) AS i(id)))`
 }
 
 // settleSQL settles a batch of outcomes in one statement, only on rows whose
@@ -157,6 +157,10 @@ func rowsByID(n names) string {
 // columns and attempts only) stays a HOT update. Parameters: $1 token, $2
 // now override, $3 ids, $4 kinds, $5 errors, $6 delays in microseconds.
 func settleSQL(n names) string {
+	return settleUpdate(n, "$3")
+}
+
+func settleUpdate(n names, ids string) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) ELSE t.published_at END,
 	dead_at = CASE WHEN s.kind = 3 THEN COALESCE($2::timestamptz, now()) ELSE t.dead_at END,
@@ -167,10 +171,35 @@ SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) EL
 	last_error = CASE WHEN s.kind IN (2, 3) THEN s.error ELSE t.last_error END,
 	lease_token = NULL,
 	lease_until = NULL
-FROM unnest($3::uuid[], $4::int4[], $5::text[], $6::int8[]) AS s(id, kind, error, delay_us)
-WHERE ` + rowsByID(n) + `
+FROM unnest(` + ids + `::uuid[], $4::int4[], $5::text[], $6::int8[]) AS s(id, kind, error, delay_us)
+WHERE ` + rowsByID(n, ids) + `
 	AND t.id = s.id AND t.lease_token = $1
 RETURNING t.id`
+}
+
+// deleteSQL is publishSQL for Config.DeletePublished: a published event's
+// row is deleted, which costs less than writing a new row version (no new
+// tuple, no index entries). Parameters: $1 token, $2 ids.
+func deleteSQL(n names) string {
+	return `DELETE FROM ` + n.outbox + ` t
+WHERE ` + rowsByID(n, "$2") + `
+	AND t.lease_token = $1
+RETURNING t.id`
+}
+
+// settleDeleteSQL is settleSQL for Config.DeletePublished: $7 holds the
+// published IDs, deleted; $3 to $6 the other outcomes, updated. Two
+// data-modifying CTEs in one statement, on disjoint rows.
+func settleDeleteSQL(n names) string {
+	return `WITH d AS (
+DELETE FROM ` + n.outbox + ` t
+WHERE ` + rowsByID(n, "$7") + `
+	AND t.lease_token = $1
+RETURNING t.id
+), u AS (
+` + settleUpdate(n, "$3") + `
+)
+SELECT id FROM d UNION ALL SELECT id FROM u`
 }
 
 // publishSQL is settleSQL for the common batch where every event was
@@ -178,7 +207,7 @@ RETURNING t.id`
 func publishSQL(n names) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = COALESCE($2::timestamptz, now()), lease_token = NULL, lease_until = NULL
-WHERE ` + rowsByID(n) + `
+WHERE ` + rowsByID(n, "$3") + `
 	AND t.lease_token = $1
 RETURNING t.id`
 }

@@ -32,6 +32,8 @@ type Store struct {
 
 	// SQL texts, built once from the validated names.
 	addSQL, addOrderedSQL, claimSQL, claimDestSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
+	// With Config.DeletePublished, settling a published event deletes it.
+	deleteSQL, settleDeleteSQL string
 }
 
 // Interface checks: the capabilities the relay and operators look for.
@@ -62,17 +64,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	}
 	notify := !c.DisableNotify
 	return &Store{
-		pool:          pool,
-		cfg:           c,
-		n:             n,
-		addSQL:        addSQL(n, notify),
-		addOrderedSQL: addOrderedSQL(n, notify),
-		claimSQL:      claimSQL(n, c.Ordering, false),
-		claimDestSQL:  claimSQL(n, c.Ordering, true),
-		settleSQL:     settleSQL(n),
-		publishSQL:    publishSQL(n),
-		pruneSQL:      pruneSQL(n),
-		statsSQL:      statsSQL(n),
+		pool:            pool,
+		cfg:             c,
+		n:               n,
+		addSQL:          addSQL(n, notify),
+		addOrderedSQL:   addOrderedSQL(n, notify),
+		claimSQL:        claimSQL(n, c.Ordering, false),
+		claimDestSQL:    claimSQL(n, c.Ordering, true),
+		settleSQL:       settleSQL(n),
+		publishSQL:      publishSQL(n),
+		deleteSQL:       deleteSQL(n),
+		settleDeleteSQL: settleDeleteSQL(n),
+		pruneSQL:        pruneSQL(n),
+		statsSQL:        statsSQL(n),
 	}, nil
 }
 

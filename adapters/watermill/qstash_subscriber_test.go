@@ -1,0 +1,278 @@
+package outboxwatermill_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+
+	"github.com/outboxkit/outboxkit/adapters/memory"
+	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/qstash"
+	"github.com/outboxkit/outboxkit/qstash/qstashdev"
+)
+
+// qstashRig is an in-memory QStash delivering to a QStashSubscriber behind
+// a local HTTP endpoint.
+type qstashRig struct {
+	dev      *qstashdev.Server
+	api      *httptest.Server
+	endpoint *httptest.Server
+	url      string
+	sub      *outboxwatermill.QStashSubscriber
+}
+
+func newQStashRig(t *testing.T, cfg outboxwatermill.QStashSubscriberConfig) *qstashRig {
+	t.Helper()
+	// QStash's backoff is 12s for the first retry; a thousandth of it keeps
+	// the retry real and the test fast.
+	dev, err := qstashdev.New(qstashdev.Config{BackoffScale: 0.001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &qstashRig{dev: dev, api: httptest.NewServer(dev.Handler())}
+	mux := http.NewServeMux()
+	r.endpoint = httptest.NewServer(mux)
+	r.url = r.endpoint.URL + "/qstash/events"
+	cfg.CurrentSigningKey = qstashdev.DefaultCurrentSigningKey
+	cfg.NextSigningKey = qstashdev.DefaultNextSigningKey
+	cfg.URL = r.url
+	r.sub, err = outboxwatermill.NewQStashSubscriber(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux.Handle("POST /qstash/events", r.sub)
+	t.Cleanup(func() {
+		_ = r.sub.Close()
+		_ = dev.Close() // aborts attempts in flight, so the endpoint can shut down
+		r.endpoint.Close()
+		r.api.Close()
+	})
+	return r
+}
+
+// relay publishes events from an outbox to the rig's endpoint through
+// QStash.
+func (r *qstashRig) relay(t *testing.T, events ...core.Event) {
+	t.Helper()
+	store := memory.NewStore(nil)
+	if err := store.Add(context.Background(), events...); err != nil {
+		t.Fatal(err)
+	}
+	pub, err := qstash.NewPublisher(&qstash.PublisherConfig{
+		BaseURL:     r.api.URL,
+		Token:       qstashdev.DefaultToken,
+		Destination: qstash.Target{URL: r.url},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	relay, err := core.NewRelay(store, pub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := relay.Drain(context.Background()); err != nil || n != len(events) {
+		t.Fatalf("relayed %d events (%v), want %d", n, err, len(events))
+	}
+}
+
+// TestQStashSubscriberFeedsARouter: a Watermill Router consumes QStash
+// deliveries; its handler fails the first delivery of every event, QStash
+// retries, and the retry succeeds and applies the effect once.
+func TestQStashSubscriberFeedsARouter(t *testing.T) {
+	t.Parallel()
+	rig := newQStashRig(t, outboxwatermill.QStashSubscriberConfig{})
+
+	const n = 5
+	events := make([]core.Event, n)
+	for i := range events {
+		events[i] = core.Event{
+			ID: core.NewID(), Type: "order.placed", SchemaVersion: 1, AggregateType: "order",
+			AggregateID: fmt.Sprint(i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+			Headers: map[string]string{"traceparent": testTraceparent, "tenant": "acme"},
+		}
+	}
+
+	type attempt struct {
+		retried int
+		ok      bool
+	}
+	var (
+		mu       sync.Mutex
+		attempts = make(map[string][]attempt)
+		problems []string
+	)
+	deduper := memory.NewDeduper()
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(middleware.Recoverer)
+	router.AddConsumerHandler("orders", "order.placed", rig.sub, func(msg *message.Message) error {
+		d, ok := qstash.DeliveryFromContext(msg.Context())
+		if !ok {
+			return errors.New("message context carries no QStash delivery")
+		}
+		e, err := outboxwatermill.EventFromMessage(msg)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		first := len(attempts[msg.UUID]) == 0
+		attempts[msg.UUID] = append(attempts[msg.UUID], attempt{retried: d.Retried, ok: !first})
+		if msg.UUID != e.ID.String() || e.Headers["tenant"] != "acme" || msg.Metadata.Get("traceparent") != testTraceparent {
+			problems = append(problems, fmt.Sprintf("message %s: event %+v, metadata %v", msg.UUID, e, msg.Metadata))
+		}
+		mu.Unlock()
+		if first {
+			return errors.New("fail once") // Nack: 500, QStash retries
+		}
+		_, err = deduper.Once(msg.Context(), core.DedupeKey{Consumer: "orders", EventID: e.ID}, func(context.Context) error { return nil })
+		return err
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-routerDone; err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	<-router.Running()
+
+	rig.relay(t, events...)
+	waitFor(t, 30*time.Second, "every event handled successfully after one failure", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range events {
+			as := attempts[e.ID.String()]
+			if len(as) < 2 || !as[len(as)-1].ok {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range problems {
+		t.Error(p)
+	}
+	for _, e := range events {
+		as := attempts[e.ID.String()]
+		if as[0].retried != 0 || as[1].retried < 1 {
+			t.Errorf("event %s: Upstash-Retried %d then %d, want 0 then at least 1", e.ID, as[0].retried, as[1].retried)
+		}
+		if !deduper.Seen(core.DedupeKey{Consumer: "orders", EventID: e.ID}) {
+			t.Errorf("event %s: effect not recorded", e.ID)
+		}
+	}
+	for id, as := range attempts {
+		if _, err := core.ParseID(id); err != nil {
+			t.Errorf("unexpected message %s (%d attempts)", id, len(as))
+		}
+	}
+}
+
+// TestQStashSubscriberAnswers checks the HTTP side on its own: Ack → 200,
+// Nack → 500, no subscription → 500, bad signature → 401 (with nothing
+// handed out).
+func TestQStashSubscriberAnswers(t *testing.T) {
+	t.Parallel()
+	var decisions []qstash.Decision
+	var mu sync.Mutex
+	rig := newQStashRig(t, outboxwatermill.QStashSubscriberConfig{
+		OnDecision: func(_ context.Context, d qstash.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			decisions = append(decisions, d)
+		},
+	})
+	statusOf := func(id core.ID) []int {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []int
+		for _, d := range decisions {
+			if d.Event.ID == id {
+				out = append(out, d.Status)
+			}
+		}
+		return out
+	}
+
+	// No subscription yet: 500, so QStash keeps the delivery.
+	early := eventTo("", "early")
+	rig.relay(t, early)
+	waitFor(t, 10*time.Second, "the unsubscribed delivery to be refused", func() bool { return len(statusOf(early.ID)) > 0 })
+	if s := statusOf(early.ID)[0]; s != http.StatusInternalServerError {
+		t.Errorf("delivery with no subscription answered %d, want 500", s)
+	}
+
+	ch, err := rig.sub.Subscribe(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := eventTo("", "t")
+	rig.relay(t, e)
+	msg := receive(t, ch, 10*time.Second)
+	if msg.UUID != e.ID.String() {
+		t.Fatalf("UUID %s, want event ID %s", msg.UUID, e.ID)
+	}
+	msg.Nack()
+	waitFor(t, 10*time.Second, "the nack to be answered", func() bool { return len(statusOf(e.ID)) > 0 })
+	if s := statusOf(e.ID)[0]; s != http.StatusInternalServerError {
+		t.Errorf("nacked delivery answered %d, want 500", s)
+	}
+	if msg.Context().Err() == nil {
+		t.Error("message context still live after Nack")
+	}
+	retry := receive(t, ch, 10*time.Second) // QStash's retry
+	retry.Ack()
+	waitFor(t, 10*time.Second, "the ack to be answered", func() bool { return len(statusOf(e.ID)) > 1 })
+	if s := statusOf(e.ID)[1]; s != http.StatusOK {
+		t.Errorf("acked delivery answered %d, want 200", s)
+	}
+
+	// A forged delivery never reaches the channel.
+	req, _ := http.NewRequest(http.MethodPost, rig.url, nil)
+	req.Header.Set("Upstash-Signature", "forged")
+	req.Header.Set("ce-id", core.NewID().String())
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("forged delivery answered %d, want 401", resp.StatusCode)
+	}
+	select {
+	case m := <-ch:
+		t.Fatalf("a forged delivery was handed out: %s", m.UUID)
+	default:
+	}
+}
+
+func TestNewQStashSubscriberValidates(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]*outboxwatermill.QStashSubscriberConfig{
+		"nil":      nil,
+		"no keys":  {URL: "https://example.com/q"},
+		"no URL":   {CurrentSigningKey: "sig_a", NextSigningKey: "sig_b"},
+		"bad next": {CurrentSigningKey: "sig_a", URL: "https://example.com/q"},
+	} {
+		if _, err := outboxwatermill.NewQStashSubscriber(cfg); !errors.Is(err, core.ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want core.ErrInvalidConfig", name, err)
+		}
+	}
+}

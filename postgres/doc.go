@@ -1,0 +1,132 @@
+// Package postgres is outboxkit's PostgreSQL store, on pgx v5: the outbox
+// table and its migrations, the writer's Add, the relay's side of core.Store
+// (with LISTEN/NOTIFY wake-ups, stats, replay and retention), and a
+// core.Deduper for consumers.
+//
+// # Setup
+//
+// Run the migrations once per schema (at start-up is fine: they are
+// idempotent and take an advisory lock), then build a Store on a pool:
+//
+//	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: "billing"}); err != nil { ... }
+//	store, err := postgres.New(pool, &postgres.Config{Schema: "billing"})
+//
+// Teams that run their own migration tool print the script instead
+// (MigrationSQL, or Migrator.SQL and Migrator.Migrations for each version's
+// up and down files); it records the versions the same way, so Migrate and
+// hand-applied scripts can be mixed. docs/SCHEMA.md shows the script and
+// explains every column and index. Nothing is ever created implicitly,
+// least of all inside a caller's transaction: an unmigrated schema fails with
+// ErrNotMigrated.
+//
+// Schema and table names are configuration, so several tenants can share a
+// database. They must be plain identifiers (letters, digits, underscores, not
+// starting with a digit) and are always quoted with pgx.Identifier; anything
+// else is refused with an *IdentifierError before any SQL is built.
+//
+// # Writing events
+//
+// Add takes the caller's transaction (any DBTX: pgx.Tx, *pgx.Conn,
+// *pgxpool.Pool) so events commit or roll back with the business change:
+//
+//	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		if _, err := tx.Exec(ctx, "UPDATE orders SET status = 'confirmed' WHERE id = $1", id); err != nil {
+//			return err
+//		}
+//		e, err := core.NewEvent("order.confirmed", order)
+//		if err != nil {
+//			return err
+//		}
+//		return store.Add(ctx, tx, e)
+//	})
+//
+// Add validates every event before sending anything (an invalid batch leaves
+// the transaction usable and writes nothing) and then costs one round trip
+// whatever the batch size: a single INSERT ... SELECT FROM unnest(...) that
+// also sends the NOTIFY wake-up.
+//
+// Services in other languages write plain SQL; only three columns are
+// required and the relay picks the row up like any other:
+//
+//	INSERT INTO billing.outbox_events (id, event_type, payload)
+//	VALUES ('0190f3c4-8a2e-7c4b-9d1a-3f2e1b0c9d8e', 'order.confirmed', '{"order": 42}');
+//	SELECT pg_notify('billing.outbox_events', '');  -- optional: wake relays now
+//
+// Use UUID v7 IDs where you can (new rows then land at the edge of the
+// primary-key index); gen_random_uuid() is the column's default otherwise.
+// With per-aggregate ordering, also bump the aggregate's counter in the same
+// transaction and store the result as sequence (docs/SCHEMA.md has the
+// statement).
+//
+// # Relaying
+//
+// A Store is a core.Store: hand it to core.NewRelay. Claim leases due events
+// in one statement (a subquery walks the partial index of pending rows with
+// FOR UPDATE SKIP LOCKED; the UPDATE sets the lease token, expiry and attempt
+// count, and returns the events). Settle records a whole batch's outcomes in
+// one statement, only where the lease token still matches, and reports the
+// others in a *core.LeaseLostError. "Now" is the database's now(), so relays
+// on hosts with skewed clocks agree on lease expiry; a relay on a test clock
+// passes its own time instead.
+//
+// The store also implements core.Notifier (Listen), core.StatsReader,
+// core.Replayer and core.Pruner, and offers operators Get, DeadLetters and
+// Purge.
+//
+// # NOTIFY
+//
+// Each Add sends pg_notify(channel, '') in the same statement. PostgreSQL
+// folds identical notifications of one transaction into one, so a
+// transaction notifies once however many Adds it makes; that matters because
+// NOTIFY takes a database-wide lock at commit, which must not serialise
+// writers more than once per transaction. Listen holds a dedicated
+// connection (outside the pool) and reconnects with capped backoff, waking
+// the relay after every reconnect because notifications sent meanwhile are
+// lost. Notifications are hints: the relay's PollInterval bounds the delay of
+// anything missed. LISTEN needs a session-pooled connection; behind
+// PgBouncer in transaction mode, point the pool at PostgreSQL directly or set
+// DisableNotify and rely on polling.
+//
+// # Ordering
+//
+// With Config.Ordering, Add numbers each aggregate's events from a counter
+// row (table <table>_aggregates) bumped in the same statement, and Claim only
+// hands out an aggregate's head: its lowest pending sequence, never while an
+// earlier event of the aggregate is leased. A failing head holds back its own
+// aggregate only; a dead-lettered head no longer blocks it. Writers of one
+// aggregate serialise on its counter row until they commit, so sequences
+// become visible in order. Under REPEATABLE READ or SERIALIZABLE, two
+// concurrent writers of one aggregate make one fail with a serialization
+// error: retry it, as for any serializable transaction.
+//
+// # Consumers
+//
+// Deduper records (consumer, event ID) in the same transaction as the
+// effect; the effect reaches that transaction with TxFromContext, or is
+// written as an Effect:
+//
+//	h := core.ChainHandler(postgres.Effect(func(ctx context.Context, tx pgx.Tx, e core.Event) error {
+//		_, err := tx.Exec(ctx, "INSERT INTO ledger ...")
+//		return err
+//	}), core.Idempotent(deduper, "billing"))
+//
+// # Tuning
+//
+//   - Batch size and concurrency are the relay's (core.RelayConfig). Bigger
+//     batches amortise round trips; each claim and each settle is one
+//     statement whatever the size.
+//   - DeletePublished deletes rows on publish instead of keeping them: the
+//     fastest drain, but nothing to inspect or replay afterwards.
+//   - Otherwise run Prune on a schedule (it deletes in bounded batches) so the
+//     table and its primary key stay small; the pending index never holds
+//     published rows, so claims do not slow down with history either way.
+//   - The table is created with fillfactor 80 so the lease update stays on
+//     its page (and, touching no indexed column, adds no index entries).
+//     Autovacuum should visit the table often; on busy outboxes lower its
+//     autovacuum_vacuum_scale_factor (ALTER TABLE ... SET (...)).
+//   - DisableNotify for very high commit rates, or where LISTEN is
+//     unavailable.
+//   - MaxPayloadBytes (1 MiB by default, QStash's smallest plan limit) refuses
+//     large payloads up front: store large data elsewhere and send a
+//     reference.
+package postgres

@@ -310,3 +310,48 @@ func TestSchemaDocIsCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSchemaDocExamplesWork runs the SQL that docs/SCHEMA.md gives services
+// in other languages, and relays what it wrote.
+func TestSchemaDocExamplesWork(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ctx := ctxT(t)
+	raw, err := os.ReadFile(schemaDocPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(raw)
+	start := strings.Index(doc, "## Writing from other languages")
+	end := strings.Index(doc[start+1:], "\n## ")
+	if start < 0 || end < 0 {
+		t.Fatal("docs/SCHEMA.md lacks its section on other languages")
+	}
+	section := doc[start : start+1+end]
+	var blocks []string
+	for _, part := range strings.Split(section, "```sql\n")[1:] {
+		blocks = append(blocks, part[:strings.Index(part, "```")])
+	}
+	if len(blocks) != 2 {
+		t.Fatalf("found %d SQL examples, want 2", len(blocks))
+	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET search_path TO "+pgx.Identifier{db.schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(context.Background(), "RESET search_path") //nolint:errcheck // best effort before release
+	for _, b := range blocks {
+		if _, err := conn.Exec(ctx, b); err != nil {
+			t.Fatalf("example failed: %v\n%s", err, b)
+		}
+	}
+	s := newStore(t, db, postgres.Config{Ordering: true})
+	got := claimAll(t, s, nil)
+	if len(got) != 2 || got[0].Type != "order.confirmed" || got[1].Type != "order.shipped" || got[1].Sequence != 1 || got[1].AggregateID != "42" {
+		t.Fatalf("relayed %+v", got)
+	}
+}

@@ -75,7 +75,8 @@
 //
 // # NOTIFY
 //
-// Each Add sends pg_notify(channel, '') in the same statement. PostgreSQL
+// Each Add sends a pg_notify with a constant, empty payload in the same
+// statement. PostgreSQL
 // folds identical notifications of one transaction into one, so a
 // transaction notifies once however many Adds it makes; that matters because
 // NOTIFY takes a database-wide lock at commit, which must not serialise

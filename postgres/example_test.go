@@ -24,7 +24,8 @@ func Example() {
 		return
 	}
 	defer pool.Close()
-	schema := pgtest.NewSchemaName("example") // a real program uses its own
+	// A real program uses its own schema; the example makes a throwaway one.
+	schema := pgtest.NewSchemaName("example")
 	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck // example cleanup
 
 	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {

@@ -76,11 +76,10 @@
 // # NOTIFY
 //
 // Each Add sends a pg_notify with a constant, empty payload in the same
-// statement. PostgreSQL
-// folds identical notifications of one transaction into one, so a
-// transaction notifies once however many Adds it makes; that matters because
-// NOTIFY takes a database-wide lock at commit, which must not serialise
-// writers more than once per transaction. Listen holds a dedicated
+// statement. PostgreSQL folds identical notifications of one transaction into
+// one, so a transaction notifies once however many Adds it makes; that
+// matters because NOTIFY takes a database-wide lock at commit, which must not
+// serialise writers more than once per transaction. Listen holds a dedicated
 // connection (outside the pool) and reconnects with capped backoff, waking
 // the relay after every reconnect because notifications sent meanwhile are
 // lost. Notifications are hints: the relay's PollInterval bounds the delay of

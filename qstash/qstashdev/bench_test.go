@@ -30,7 +30,7 @@ func BenchmarkBatchDelivery(b *testing.B) {
 	recv.Start()
 	defer recv.Close()
 
-	srv, err := qstashdev.New(qstashdev.Config{Concurrency: 8})
+	srv, err := qstashdev.New(qstashdev.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -46,7 +46,9 @@ type Config struct {
 	// Concurrency is the number of delivery attempts in flight at once,
 	// across all destinations. The server runs this many worker goroutines
 	// (no goroutine per message), and the default client keeps as many idle
-	// connections per host. Defaults to 64.
+	// connections per host. More workers help with slow destinations; on
+	// loopback, more than a few per core only add lock contention. Defaults
+	// to 32.
 	Concurrency int
 	// Client sends deliveries. Its CheckRedirect is replaced so redirects
 	// are never followed (QStash treats a 3xx as a failed attempt). Defaults
@@ -84,6 +86,11 @@ type Config struct {
 	// DeduplicationWindow is how long a deduplication ID is remembered.
 	// Defaults to 10 minutes, as in QStash.
 	DeduplicationWindow time.Duration
+	// MaxDeduplicationKeys bounds the deduplication index; beyond it the
+	// oldest keys are forgotten before their window ends. At 20,000
+	// messages a second a 10-minute window would hold 12 million keys, which
+	// a dev server should not. Defaults to 100,000.
+	MaxDeduplicationKeys int
 	// MaxEvents bounds the event log (GET /v2/events); the oldest events are
 	// dropped first, so a long benchmark does not grow memory without bound.
 	// Defaults to 10,000.
@@ -157,7 +164,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxBodyBytes = 1 << 20
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 64
+		c.Concurrency = 32
 	}
 	if c.Timeout == 0 {
 		c.Timeout = 30 * time.Second
@@ -176,6 +183,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DeduplicationWindow == 0 {
 		c.DeduplicationWindow = 10 * time.Minute
+	}
+	if c.MaxDeduplicationKeys == 0 {
+		c.MaxDeduplicationKeys = 100_000
 	}
 	if c.MaxEvents == 0 {
 		c.MaxEvents = 10_000
@@ -203,6 +213,7 @@ func (c Config) validate() error {
 		{"Timeout", int64(c.Timeout)},
 		{"MaxResponseBytes", c.MaxResponseBytes},
 		{"DeduplicationWindow", int64(c.DeduplicationWindow)},
+		{"MaxDeduplicationKeys", int64(c.MaxDeduplicationKeys)},
 		{"MaxEvents", int64(c.MaxEvents)},
 		{"MaxDLQ", int64(c.MaxDLQ)},
 	} {

@@ -519,6 +519,7 @@ func callerIP(r *http.Request) string {
 type dedupIndex struct {
 	entries map[string]*dedupEntry
 	order   deque[*dedupEntry]
+	max     int
 }
 
 type dedupEntry struct {
@@ -543,6 +544,12 @@ func (d *dedupIndex) get(key string, now time.Time) *dedupEntry {
 
 func (d *dedupIndex) put(key string, res []publishResult, now time.Time, window time.Duration) {
 	d.expire(now)
+	for d.order.len() >= d.max {
+		e := d.order.pop()
+		if d.entries[e.key] == e {
+			delete(d.entries, e.key)
+		}
+	}
 	e := &dedupEntry{key: key, expires: now.Add(window), results: res}
 	d.entries[key] = e
 	d.order.push(e)

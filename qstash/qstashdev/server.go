@@ -80,7 +80,7 @@ func New(cfg Config) (*Server, error) {
 		queues:   make(map[string]*queue),
 		groups:   make(map[string]*urlGroup),
 		flows:    make(map[string]*flowKey),
-		dedup:    dedupIndex{entries: make(map[string]*dedupEntry)},
+		dedup:    dedupIndex{entries: make(map[string]*dedupEntry), max: cfg.MaxDeduplicationKeys},
 		events:   eventLog{buf: make([]Event, 0, min(cfg.MaxEvents, 1024)), max: cfg.MaxEvents},
 		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ},
 	}

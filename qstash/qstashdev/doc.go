@@ -1,0 +1,143 @@
+// Package qstashdev is an in-memory QStash: a local stand-in for Upstash's
+// message queue that speaks its REST API, signs and delivers messages the
+// way QStash does, and can be driven from tests. The official Go SDK
+// (github.com/upstash/qstash-go) works against it unchanged, and it
+// accepts the credentials of Upstash's own dev server, so tooling that
+// targets "QStash on localhost:8080" needs no changes.
+//
+// # In a test
+//
+//	srv, err := qstashdev.New(qstashdev.Config{BackoffScale: 0.001})
+//	if err != nil { ... }
+//	defer srv.Close()
+//	api := httptest.NewServer(srv.Handler())
+//	defer api.Close()
+//
+//	// Point the code under test (or the SDK: qstash.Options{Url: api.URL};
+//	// note that QSTASH_URL in the environment overrides it) at api.URL
+//	// with token qstashdev.DefaultToken, publish, then:
+//	err = srv.WaitIdle(ctx)   // everything delivered, failed or cancelled
+//	dlq := srv.DLQ()          // what failed, with the last response
+//
+// Receivers verify deliveries with DefaultCurrentSigningKey and
+// DefaultNextSigningKey (or the keys in Config).
+//
+// Time is under the test's control: BackoffScale shrinks retry delays
+// (0.001 turns QStash's 12s first retry into 12ms), and Config.Clock takes a
+// fake clock that moves delays, not-before times, retries, flow-control
+// windows and deduplication windows. WaitFor blocks until a condition over
+// the server's state holds (a RETRY event, a DLQ entry), re-checking after
+// every change; WaitIdle waits for all messages to settle. Neither polls.
+// Config.Reject injects error answers, such as the 429s built by
+// RateLimited and BurstRateLimited, to test a publisher's back-off.
+//
+// # As a process
+//
+//	go run ./contrib/qstash-dev --addr 127.0.0.1:8080
+//
+// serves the API on an address and prints the credentials. ListenAndServe
+// and Serve do the same from Go.
+//
+// # API
+//
+// Every path needs "Authorization: Bearer <token>" or ?qstash_token=;
+// errors are JSON {"error": "..."}.
+//
+//	POST   /v2/publish/{url or url group}       publish; 200 {messageId}, a group answers [{messageId,url}]
+//	POST   /v2/enqueue/{queue}/{url or group}   publish through a FIFO queue (created on first use, parallelism 1)
+//	POST   /v2/batch                            [{destination,headers,body,queue}] → answers aligned with the input
+//	GET    /v2/messages/{id}                    a message not yet settled (404 once delivered, failed or cancelled)
+//	DELETE /v2/messages/{id}                    cancel (202); DELETE /v2/messages cancels {"messageIds"} or all
+//	GET    /v2/events                           event log, newest first, with cursor, count and filters
+//	GET    /v2/dlq, /v2/dlq/{dlqId}             dead letters with the last response (cursor, count ≤ 100, filters)
+//	DELETE /v2/dlq/{dlqId}, /v2/dlq             delete one, or {"dlqIds":[...]} → {"deleted":n}
+//	POST   /v2/dlq/retry/{dlqId}                republish as a new message: 201 {messageId}
+//	POST   /v2/queues  GET /v2/queues[/{q}]     upsert {queueName,parallelism,paused}; list; get (with lag)
+//	DELETE /v2/queues/{q}                       delete, cancelling what it still holds
+//	POST   /v2/queues/{q}/pause|resume
+//	GET    /v2/topics[/{g}], DELETE /v2/topics/{g}, POST|DELETE /v2/topics/{g}/endpoints   URL groups
+//	GET    /v2/keys, POST /v2/keys/rotate, POST /v2/rotate   signing keys {current,next}
+//
+// Publish headers: Content-Type and Upstash-Forward-<X> are delivered (the
+// latter as <X>); Upstash-Method, -Retries (default 3), -Retry-Delay (an
+// expression in ms over "retried" with + - * / ( ) and pow sqrt abs exp
+// floor ceil round min max), -Delay ("10s", "1d10h30m"), -Not-Before (unix
+// seconds, wins over Delay), -Timeout, -Callback and -Failure-Callback
+// (with -Callback-Forward-*, -Callback-Retries, -Callback-Method,
+// -Callback-Timeout and the -Failure-Callback-* counterparts),
+// -Deduplication-Id, -Content-Based-Deduplication, -Flow-Control-Key with
+// -Flow-Control-Value "parallelism=<n>, rate=<n>, period=<dur>", and -Label.
+//
+// # Delivery
+//
+// Each attempt sends the method, the body unchanged, the forwarded headers,
+// User-Agent: Upstash-QStash, Upstash-Message-Id, Upstash-Retried (0 on the
+// first attempt), Upstash-Caller-Ip, Upstash-Topic-Name (URL groups) and
+// Upstash-Signature: an HS256 JWT keyed with the whole current signing-key
+// string, with iss "Upstash", sub the exact destination URL, iat, exp =
+// iat+300, nbf = iat, a random jti, and body = base64url(SHA-256(body))
+// with '=' padding.
+//
+// Any 2xx delivers; anything else, a connection error or a timeout fails
+// the attempt, and redirects are not followed. Retry n waits for the
+// response's Retry-After (or X-RateLimit-Reset; seconds, an HTTP date or a
+// Go duration; over a day is ignored), else the Upstash-Retry-Delay
+// expression with retried = n-1, else Config.Backoff(n), QStash's
+// min(86400, e^(2.5n)) seconds by default; all times BackoffScale. A 489
+// with Upstash-NonRetryable-Error: true fails at once. After the last
+// attempt the message goes to the DLQ with that attempt's status, headers
+// and body, and a failure callback is sent. Callbacks follow every attempt
+// that got a response. Both are new signed messages whose JSON carries
+// status, header, base64 body, retried, maxRetries, sourceMessageId, url,
+// method, sourceHeader, base64 sourceBody, notBefore, createdAt and, for
+// the failure callback, dlqId.
+//
+// Events follow QStash's states: CREATED → ACTIVE → DELIVERED, or ACTIVE →
+// ERROR → RETRY → ACTIVE … → FAILED; a cancel adds CANCEL_REQUESTED →
+// CANCELLED.
+//
+// Queues deliver in order: a started message holds one of the queue's
+// parallelism slots through its retries, so with parallelism 1 the next
+// message waits until the current one is delivered or failed. A flow-control
+// key bounds attempts in flight (parallelism) and attempt starts per period
+// (rate, a fixed window) across every URL that shares the key; excess
+// messages wait in arrival order and are never refused. The latest publish's
+// limits apply to the key.
+//
+// # Throughput
+//
+// A fixed pool of Config.Concurrency workers makes the attempts (no
+// goroutine per message). For plain-http destinations the default client
+// writes requests on connections each worker owns, skipping net/http's
+// per-request goroutine hand-offs; https, proxied hosts and a Config.Client
+// go through net/http. BenchmarkBatchDelivery relays batches of 100 through
+// /v2/batch into a local receiver and reports events/s and CPU per event.
+//
+// # Where qstashdev differs from QStash
+//
+//   - State lives in memory: nothing survives Close, and Shutdown drops
+//     undelivered messages. The event log, the DLQ and the deduplication
+//     index are bounded (Config.MaxEvents, MaxDLQ, MaxDeduplicationKeys)
+//     rather than kept for days.
+//   - Schedules (/v2/schedules) answer 501, and API destinations ("api/...",
+//     LLM providers) are refused; nothing of outboxkit needs them.
+//   - An attempt times out after Config.Timeout (30s) unless the message
+//     sets Upstash-Timeout; QStash's default is its plan maximum.
+//   - Unsettled details, decided here: a new message answers 200 (201 has
+//     been seen from QStash); nbf equals iat; a bad batch element answers
+//     {"error": "..."} in its place; callback notBefore and createdAt are
+//     millisecond strings, as QStash documents them; an attempt with no
+//     response sends no callback (the failure callback still fires, with
+//     status 0); Upstash-Retry-Delay's retried is n-1 for retry n; a delayed
+//     message at a queue's head holds its slot until due, keeping FIFO.
+//   - Cancelling a message in flight lets the attempt finish; a success is
+//     still recorded as DELIVERED, a failure is not retried (CANCELLED).
+//   - Deleting a queue cancels the messages it holds; pausing one stops new
+//     starts but lets started messages finish their retries.
+//   - Message ids are unique per server and ordered by creation, but not
+//     QStash's KSUIDs; treat them as opaque, as QStash asks.
+//   - The Go SDK v1.0.0's Canceled constant is "CANCELED"; qstashdev, like
+//     QStash's documentation and the JS SDK, says "CANCELLED".
+//   - With a fake Clock, JWT times come from it too; verifiers with real
+//     time then need a tolerance, or a clock near the real time.
+package qstashdev

@@ -16,21 +16,20 @@ import (
 // Request header names QStash reads. Forwarded headers are named
 // forwardPrefix + name and reach the consumer as name.
 const (
-	forwardPrefix           = "Upstash-Forward-"
-	hdrDeduplicationID      = "Upstash-Deduplication-Id"
-	hdrRetries              = "Upstash-Retries"
-	hdrRetryDelay           = "Upstash-Retry-Delay"
-	hdrTimeout              = "Upstash-Timeout"
-	hdrDelay                = "Upstash-Delay"
-	hdrNotBefore            = "Upstash-Not-Before"
-	hdrCallback             = "Upstash-Callback"
-	hdrFailureCallback      = "Upstash-Failure-Callback"
-	hdrFlowControlKey       = "Upstash-Flow-Control-Key"
-	hdrFlowControlValue     = "Upstash-Flow-Control-Value"
-	hdrLabel                = "Upstash-Label"
-	hdrContentType          = "Content-Type"
-	contentTypeJSON         = "application/json"
-	maxHeadersBeforeSorting = 16
+	forwardPrefix       = "Upstash-Forward-"
+	hdrDeduplicationID  = "Upstash-Deduplication-Id"
+	hdrRetries          = "Upstash-Retries"
+	hdrRetryDelay       = "Upstash-Retry-Delay"
+	hdrTimeout          = "Upstash-Timeout"
+	hdrDelay            = "Upstash-Delay"
+	hdrNotBefore        = "Upstash-Not-Before"
+	hdrCallback         = "Upstash-Callback"
+	hdrFailureCallback  = "Upstash-Failure-Callback"
+	hdrFlowControlKey   = "Upstash-Flow-Control-Key"
+	hdrFlowControlValue = "Upstash-Flow-Control-Value"
+	hdrLabel            = "Upstash-Label"
+	hdrContentType      = "Content-Type"
+	contentTypeJSON     = "application/json"
 )
 
 // headerSink receives a message's headers. The name is split in two so the
@@ -73,27 +72,35 @@ func (s *jsonHeaderSink) add(prefix, name, value string) {
 // nothing, for an event whose headers cannot travel over HTTP.
 func (p *Publisher) messageHeaders(sink headerSink, e *core.Event, now time.Time) error {
 	ce := core.CloudEventHeaders(*e)
-	// Sorted so that one event always encodes to the same bytes: requests are
-	// reproducible in tests and logs, and content-based deduplication (if a
-	// caller turns it on through a custom client) sees identical messages.
-	var keyBuf [maxHeadersBeforeSorting]string
-	keys := keyBuf[:0]
+	// One event always encodes to the same bytes (requests are reproducible
+	// in tests and logs): the attributes go in a fixed order, the few
+	// remaining headers (trace context, custom) sorted after them.
+	var restBuf [8]string
+	rest := restBuf[:0]
 	for k, v := range ce {
-		if err := checkHeader(k, v); err != nil {
+		if !knownAttribute(k) {
+			if err := checkHeaderName(k); err != nil {
+				return core.Permanent(&core.ValidationError{EventID: e.ID, Field: "Headers", Reason: err.Error()})
+			}
+			rest = append(rest, k)
+		}
+		if err := checkHeaderValue(k, v); err != nil {
 			return core.Permanent(&core.ValidationError{EventID: e.ID, Field: "Headers", Reason: err.Error()})
 		}
-		if k != core.HeaderContentType {
-			keys = append(keys, k)
-		}
 	}
-	slices.Sort(keys)
+	slices.Sort(rest)
 
 	sink.add("", hdrContentType, contentTypeJSON)
 	// The event ID is the deduplication ID: a relay that republishes an event
 	// after a crash is answered "deduplicated" within QStash's window, and the
 	// consumer's Deduper covers what falls outside it.
 	sink.add("", hdrDeduplicationID, ce[core.HeaderID])
-	for _, k := range keys {
+	for _, k := range attributeOrder {
+		if v, ok := ce[k]; ok {
+			sink.add(forwardPrefix, k, v)
+		}
+	}
+	for _, k := range rest {
 		sink.add(forwardPrefix, k, ce[k])
 	}
 	for _, h := range p.static {
@@ -150,10 +157,30 @@ func staticHeaders(c *PublisherConfig) [][2]string {
 	return h
 }
 
-// checkHeader refuses what net/http would refuse to send (a transient-looking
-// client error that would be retried forever) and what the JSON encoder
-// cannot carry unchanged (invalid UTF-8).
-func checkHeader(name, value string) error {
+// attributeOrder lists the CloudEvents attributes core.CloudEventHeaders
+// may set, in the order they are sent. Content-type is not among them: it
+// is sent as the message's own Content-Type.
+var attributeOrder = [...]string{
+	core.HeaderSpecVersion, core.HeaderID, core.HeaderType, core.HeaderSource, core.HeaderTime,
+	core.HeaderSubject, core.HeaderAggregateType, core.HeaderSchemaVersion, core.HeaderSequence,
+}
+
+func knownAttribute(k string) bool {
+	if k == core.HeaderContentType {
+		return true
+	}
+	for _, a := range attributeOrder {
+		if k == a {
+			return true
+		}
+	}
+	return false
+}
+
+// checkHeaderName and checkHeaderValue refuse what net/http would refuse to
+// send (a client error that would look transient and be retried forever)
+// and what the JSON encoder cannot carry unchanged (invalid UTF-8).
+func checkHeaderName(name string) error {
 	if name == "" {
 		return fmt.Errorf("empty header name")
 	}
@@ -162,15 +189,29 @@ func checkHeader(name, value string) error {
 			return fmt.Errorf("header name %q is not an HTTP token: use letters, digits and -", name)
 		}
 	}
+	return nil
+}
+
+func checkHeaderValue(name, value string) error {
+	ascii := true
 	for i := 0; i < len(value); i++ {
-		if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
+		c := value[i]
+		if c < ' ' && c != '\t' || c == 0x7f {
 			return fmt.Errorf("value of header %q contains control characters", name)
 		}
+		ascii = ascii && c < utf8.RuneSelf
 	}
-	if !utf8.ValidString(value) {
+	if !ascii && !utf8.ValidString(value) {
 		return fmt.Errorf("value of header %q is not valid UTF-8", name)
 	}
 	return nil
+}
+
+func checkHeader(name, value string) error {
+	if err := checkHeaderName(name); err != nil {
+		return err
+	}
+	return checkHeaderValue(name, value)
 }
 
 func isTokenChar(c byte) bool {

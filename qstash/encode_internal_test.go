@@ -158,3 +158,34 @@ func BenchmarkEncodeBatchEncodingJSON(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*len(evs))/b.Elapsed().Seconds(), "events/s")
 }
+
+func TestBatchElementIsDeterministic(t *testing.T) {
+	p, err := NewPublisher(&PublisherConfig{Token: "t", Destination: Target{URL: "https://consumer.example.com/events"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	e := benchEvents(1)[0]
+	e.Headers["b-custom"], e.Headers["a-custom"], e.Headers["baggage"] = "2", "1", "k=v"
+	now := time.Now()
+	first, err := p.appendBatchElement(nil, &e, p.cfg.Destination, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 { // map iteration order changes between runs
+		again, err := p.appendBatchElement(nil, &e, p.cfg.Destination, now)
+		if err != nil || string(again) != string(first) {
+			t.Fatalf("encodings differ:\n%s\n%s", first, again)
+		}
+	}
+}
+
+func TestCheckHeaderValue(t *testing.T) {
+	for v, ok := range map[string]bool{
+		"plain": true, "tab\there": true, "é": true, "line\nbreak": false, "nul\x00": false, "del\x7f": false, "bad \xff utf8": false,
+	} {
+		if err := checkHeaderValue("x", v); (err == nil) != ok {
+			t.Errorf("checkHeaderValue(%q) = %v, want ok=%v", v, err, ok)
+		}
+	}
+}

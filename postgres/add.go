@@ -116,9 +116,8 @@ func (s *Store) validateEvents(events []core.Event) error {
 		if err := e.ValidatePayloadSize(s.cfg.MaxPayloadBytes); err != nil {
 			return err
 		}
-		if hasNULEscape(e.Payload) {
-			return &core.ValidationError{EventID: e.ID, Field: "Payload",
-				Reason: `contains the escape \u0000, which PostgreSQL's jsonb cannot store: drop or replace the NUL character`}
+		if reason := jsonbProblem(e.Payload); reason != "" {
+			return &core.ValidationError{EventID: e.ID, Field: "Payload", Reason: reason}
 		}
 		if seen != nil {
 			if _, dup := seen[e.ID]; dup {
@@ -130,19 +129,72 @@ func (s *Store) validateEvents(events []core.Event) error {
 	return nil
 }
 
-// hasNULEscape reports whether JSON text contains the escape \u0000 (jsonb
-// refuses it) — that is, a backslash-u0000 preceded by an even number of
-// backslashes, so an escaped backslash followed by "u0000" does not count.
-func hasNULEscape(b []byte) bool {
-	for i := 0; i+6 <= len(b); i++ {
+// jsonbProblem reports why valid JSON text cannot be stored as jsonb, or ""
+// if it can. jsonb refuses two things JSON allows: the escape \u0000 and a
+// \u escape of a lone UTF-16 surrogate. Refusing them here keeps a bad event
+// from aborting the caller's transaction. Only escapes are inspected, so the
+// scan is cheap: it looks at the bytes after each backslash.
+func jsonbProblem(b []byte) string {
+	const lone = `contains a \u escape of a lone UTF-16 surrogate, which PostgreSQL's jsonb cannot store`
+	high := false // the previous token was a high-surrogate escape
+	for i := 0; i < len(b); i++ {
 		if b[i] != '\\' {
+			if high {
+				return lone
+			}
 			continue
 		}
-		// b[i] starts an escape: look at what it escapes.
-		if b[i+1] == 'u' && string(b[i+2:i+6]) == "0000" {
-			return true
+		if i+1 < len(b) && b[i+1] != 'u' || i+6 > len(b) {
+			if high {
+				return lone
+			}
+			i++ // skip the escaped character, which may be a backslash
+			continue
 		}
-		i++ // skip the escaped character (which may be a backslash)
+		v, ok := hex4(b[i+2 : i+6])
+		if !ok { // cannot happen in valid JSON
+			return ""
+		}
+		switch {
+		case v == 0:
+			return `contains the escape \u0000, which PostgreSQL's jsonb cannot store: drop or replace the NUL character`
+		case v >= 0xD800 && v <= 0xDBFF:
+			if high {
+				return lone
+			}
+			high = true
+		case v >= 0xDC00 && v <= 0xDFFF:
+			if !high {
+				return lone
+			}
+			high = false
+		default:
+			if high {
+				return lone
+			}
+		}
+		i += 5
 	}
-	return false
+	if high {
+		return lone
+	}
+	return ""
+}
+
+func hex4(b []byte) (uint16, bool) {
+	var v uint16
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint16(c)
+	}
+	return v, true
 }

@@ -685,3 +685,57 @@ func TestPublishDefaultClientDoesNotFollowRedirects(t *testing.T) {
 		t.Fatal("the redirect was followed: the token went to another host")
 	}
 }
+
+// TestPublishEarlyAnswerDoesNotCorruptBodies has the server answer before
+// reading large batch bodies, so the transport may still be writing a body
+// when Publish returns; pooled buffers must not be reused under it (the race
+// detector watches), and every later request must arrive intact.
+func TestPublishEarlyAnswerDoesNotCorruptBodies(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int32
+	// Not newFakeQStash, which reads every body before answering.
+	f := &fakeQStash{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%2 == 1 {
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestEntityTooLarge) // without reading the body
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		f.mu.Lock()
+		f.reqs = append(f.reqs, recorded{r.Method, r.RequestURI, r.Header.Clone(), body})
+		f.mu.Unlock()
+		answerOK(w, r, body)
+	}))
+	t.Cleanup(f.Close)
+	p := newTestPublisher(t, f)
+	big := events(t, 50)
+	for i := range big {
+		big[i].Payload = []byte(`{"pad":"` + strings.Repeat(strconv.Itoa(i%10), 20<<10) + `"}`)
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				_ = p.Publish(context.Background(), big)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, r := range f.requests() {
+		els := r.batch(t)
+		if len(els) != len(big) {
+			t.Fatalf("batch of %d messages, want %d", len(els), len(big))
+		}
+		for i, el := range els {
+			if el.Body != string(big[i].Payload) {
+				t.Fatalf("message %d arrived altered", i)
+			}
+		}
+	}
+	if len(f.requests()) == 0 {
+		t.Fatal("no request was read in full")
+	}
+}

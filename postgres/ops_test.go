@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/internal/pgtest"
@@ -438,5 +439,58 @@ func TestDeletePublished(t *testing.T) {
 	claimAll(t, s, func(core.Event) core.Outcome { return core.Outcome{Kind: core.Published} })
 	if n := count(t, db, "true"); n != 2 {
 		t.Fatalf("%d rows left, want 2 (the retrying and the dead-lettered event)", n)
+	}
+}
+
+// TestQueryExecModes runs the store on pools configured for poolers
+// (PgBouncer in transaction mode needs QueryExecModeExec or the simple
+// protocol): every statement must work without prepared-statement caching.
+func TestQueryExecModes(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 1)
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeDescribeExec} {
+		cfg, err := pgxpool.ParseConfig(pgtest.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.MaxConns = 2
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		ctx := ctxT(t)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ordered := range []bool{false, true} {
+			s := newStore(t, testDB{pool: pool, schema: migratedSchema(t, db.pool)}, postgres.Config{Ordering: ordered})
+			evs := events(t, 3, "mode")
+			evs[0].Headers = map[string]string{"k": "v"}
+			evs[1].AggregateID = "a"
+			evs[2].CreatedAt = time.Now().Add(-time.Minute)
+			if err := addTx(ctx, s, pool, evs...); err != nil {
+				t.Fatalf("mode %v: Add: %v", mode, err)
+			}
+			got := claimAll(t, s, func(e core.Event) core.Outcome {
+				if e.ID == evs[0].ID {
+					return core.Outcome{Kind: core.Retry, Error: "x", Delay: time.Hour}
+				}
+				return core.Outcome{Kind: core.Published}
+			})
+			if len(got) != 3 || got[0].Headers["k"] != "v" && got[1].Headers["k"] != "v" && got[2].Headers["k"] != "v" {
+				t.Fatalf("mode %v: claimed %+v", mode, got)
+			}
+			if _, err := s.Stats(ctx); err != nil {
+				t.Fatalf("mode %v: Stats: %v", mode, err)
+			}
+			if _, err := s.Replay(ctx, core.ReplayFilter{IDs: []core.ID{evs[1].ID}, Types: []string{"mode"}}); err != nil {
+				t.Fatalf("mode %v: Replay: %v", mode, err)
+			}
+			if _, err := s.Prune(ctx, core.PruneRequest{PublishedBefore: time.Now().Add(time.Hour)}); err != nil {
+				t.Fatalf("mode %v: Prune: %v", mode, err)
+			}
+			if _, err := s.DeadLetters(ctx, 10, core.ID{}); err != nil {
+				t.Fatalf("mode %v: DeadLetters: %v", mode, err)
+			}
+		}
+		pool.Close()
 	}
 }

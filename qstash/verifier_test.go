@@ -170,7 +170,7 @@ func TestVerifyMatrix(t *testing.T) {
 	}
 }
 
-// TestVerifierMatchesSDKOnRealTime checks, at the real time, that the official
+// TestVerifierAgreesWithSDK checks, at the real time, that the official
 // SDK accepts what our Signer mints and that the SDK's own weaknesses exist as
 // the matrix says: tokens without exp, and tokens signed with an empty key
 // when a key is unset.

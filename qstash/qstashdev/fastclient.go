@@ -24,8 +24,8 @@ import (
 // about as much CPU as the request itself. A worker that owns its
 // connection needs none of them.
 //
-// It is used only for the default client, for http URLs, and when no proxy
-// is configured for the host; everything else (https, proxies, a
+// It is used only for the default client, for http URLs without userinfo,
+// and when no proxy is configured for the host; everything else (https, proxies, a
 // Config.Client) goes through net/http.
 type lanClient struct {
 	maxIdle int // per host
@@ -59,7 +59,7 @@ func newLANClient(maxIdle int) *lanClient {
 
 // handles reports whether u goes through this client.
 func (c *lanClient) handles(u *url.URL) bool {
-	if u.Scheme != "http" {
+	if u.Scheme != "http" || u.User != nil { // net/http turns userinfo into Basic auth
 		return false
 	}
 	c.mu.Lock()

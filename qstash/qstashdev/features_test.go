@@ -698,3 +698,64 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestListenAndServe(t *testing.T) {
+	t.Parallel()
+	srv, err := qstashdev.New(qstashdev.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ListenAndServe(context.Background(), "256.0.0.1:99999"); err == nil {
+		t.Fatal("ListenAndServe on a bad address succeeded")
+	}
+
+	srv, err = qstashdev.New(qstashdev.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // a done context shuts the server down at once
+	if err := srv.ListenAndServe(ctx, "127.0.0.1:0"); err != nil {
+		t.Fatalf("ListenAndServe after cancel: %v", err)
+	}
+	if err := srv.WaitIdle(context.Background()); err != qstashdev.ErrClosed {
+		t.Fatalf("WaitIdle after ListenAndServe returned: %v, want ErrClosed", err)
+	}
+}
+
+func TestUserinfoDestination(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, qstashdev.Config{})
+	dst := newSink(t, nil)
+	url := strings.Replace(dst.url("/basic"), "http://", "http://user:pass@", 1)
+	h.publish(url, nil, "x")
+	h.waitIdle()
+	if got := dst.deliveries(); len(got) != 1 || got[0].Header.Get("Authorization") != "Basic dXNlcjpwYXNz" {
+		t.Fatalf("deliveries %+v: want Basic auth from the URL's userinfo", got)
+	}
+}
+
+func TestEventsFilterByLabel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, qstashdev.Config{})
+	dst := newSink(t, nil)
+	id := h.publish(dst.url("/l"), hdr("Upstash-Label", "billing"), "x")
+	h.publish(dst.url("/l"), nil, "y")
+	h.waitIdle()
+	status, _, b := h.do(http.MethodGet, "/v2/events?label=billing", nil, "")
+	var res struct {
+		Events []struct {
+			MessageID string `json:"messageId"`
+			Label     string `json:"label"`
+		} `json:"events"`
+	}
+	mustJSON(t, b, &res)
+	if status != http.StatusOK || len(res.Events) != 3 {
+		t.Fatalf("events with label: %d %s", status, b)
+	}
+	for _, e := range res.Events {
+		if e.MessageID != id || e.Label != "billing" {
+			t.Fatalf("event %+v", e)
+		}
+	}
+}

@@ -137,13 +137,15 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // ListenAndServe listens on addr (DefaultAddr if empty) and serves the API
 // until ctx is done, then shuts down gracefully, giving attempts in flight
-// up to 10 seconds. It returns nil after a shutdown caused by ctx.
+// up to 10 seconds. The server is stopped when it returns, whatever the
+// reason; the error is nil after a shutdown caused by ctx.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	if addr == "" {
 		addr = DefaultAddr
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		s.Close()
 		return fmt.Errorf("qstashdev: listen on %s: %w", addr, err)
 	}
 	errc := make(chan error, 1)

@@ -61,9 +61,9 @@ func CloudEventHeaders(e Event) map[string]string {
 	if e.AggregateType != "" {
 		h[HeaderAggregateType] = e.AggregateType
 	}
-	if e.SchemaVersion != 0 {
-		h[HeaderSchemaVersion] = strconv.Itoa(e.SchemaVersion)
-	}
+	// Always sent, 0 included, so every version survives the trip (a missing
+	// header decodes as 1, the default of events written by plain SQL).
+	h[HeaderSchemaVersion] = strconv.Itoa(e.SchemaVersion)
 	if e.Sequence != 0 {
 		h[HeaderSequence] = strconv.FormatInt(e.Sequence, 10)
 	}

@@ -72,9 +72,21 @@ func (e *APIError) Error() string {
 }
 
 // Temporary reports whether retrying may succeed: 429, 5xx and other
-// non-4xx statuses. It mirrors the classification the publisher applies.
+// non-4xx statuses, and the 4xx that speak of the account rather than the
+// message — 401/403 (a wrong or revoked token) and 412 (a queue or
+// parallelism limit). Treating those as permanent would dead-letter every
+// event while an operator fixes a credential; as transient errors they keep
+// events pending, where the oldest-pending-age alert finds them. It mirrors
+// the classification the publisher applies.
 func (e *APIError) Temporary() bool {
-	return e.Index < 0 && !(e.StatusCode >= 400 && e.StatusCode < 500 && e.StatusCode != http.StatusTooManyRequests)
+	if e.Index >= 0 {
+		return false
+	}
+	switch e.StatusCode {
+	case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden, http.StatusPreconditionFailed:
+		return true
+	}
+	return e.StatusCode < 400 || e.StatusCode >= 500
 }
 
 // classify wraps an *APIError the way core expects: permanent when retrying

@@ -45,7 +45,8 @@
 //	Answer or failure                      Error                                  Relay
 //	2xx (including 202 "deduplicated")     nil                                    published
 //	batch element {"error": ...}           core.Permanent(*APIError, Index set)   dead-letter
-//	4xx other than 429                     core.Permanent(*APIError)              dead-letter
+//	4xx other than 401, 403, 412, 429      core.Permanent(*APIError)              dead-letter
+//	401, 403 (token), 412 (queue limit)    *APIError                              retry (fix the account)
 //	429                                    core.RetryAfter(*APIError, reset)      retry, not before reset
 //	5xx, 3xx                               *APIError (RetryAfter if announced)    retry
 //	network error, ctx done                wrapped error                          retry

@@ -343,7 +343,11 @@ func TestPublishErrorClassification(t *testing.T) {
 		wantMessage   string
 	}{
 		{"400", answer(400, nil, `{"error":"invalid destination url"}`), 400, true, 0, "invalid destination url"},
-		{"401 with a non-JSON body", answer(401, nil, "Unauthorized\n"), 401, true, 0, "Unauthorized"},
+		// A bad token is the operator's to fix: events stay pending (and the
+		// oldest-pending-age alert fires) instead of all being dead-lettered.
+		{"401 with a non-JSON body", answer(401, nil, "Unauthorized\n"), 401, false, 0, "Unauthorized"},
+		{"403", answer(403, nil, `{"error":"forbidden"}`), 403, false, 0, "forbidden"},
+		{"412 queue limit", answer(412, nil, `{"error":"queue limit reached"}`), 412, false, 0, "queue limit reached"},
 		{"404", answer(404, nil, `{"error":"queue not found"}`), 404, true, 0, "queue not found"},
 		{"429 daily quota", answer(429, map[string]string{"RateLimit-Limit": "500", "RateLimit-Remaining": "0", "RateLimit-Reset": resetAt}, `{"error":"daily quota exceeded"}`), 429, false, 30 * time.Second, "daily quota exceeded"},
 		{"429 burst", answer(429, map[string]string{"Burst-RateLimit-Remaining": "0", "Burst-RateLimit-Reset": resetAt, "RateLimit-Remaining": "400", "RateLimit-Reset": "9999999999"}, `{"error":"too many requests"}`), 429, false, 30 * time.Second, "too many requests"},

@@ -11,13 +11,20 @@ import (
 // non-retryable 489), kept with that attempt's response.
 type DLQEntry struct {
 	// DLQID is "<unix ms>-<sequence>", as in QStash.
-	DLQID   string
+	DLQID string
+	// Message is the failed message as it was published; its Retried is
+	// the last attempt's Upstash-Retried.
 	Message Message
 	// FailedAt is when the last attempt failed.
-	FailedAt       time.Time
-	ResponseStatus int // 0 when the last attempt got no response
+	FailedAt time.Time
+	// ResponseStatus is the last response's status, 0 when the last
+	// attempt got no response.
+	ResponseStatus int
+	// ResponseHeader is the last response's header.
 	ResponseHeader http.Header
-	ResponseBody   []byte
+	// ResponseBody is the last response's body, up to
+	// Config.MaxResponseBytes.
+	ResponseBody []byte
 	// Error says why the last attempt failed.
 	Error string
 }

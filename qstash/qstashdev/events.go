@@ -25,19 +25,25 @@ const (
 // Event is one entry of the event log (GET /v2/events).
 type Event struct {
 	// Seq orders events; it is the cursor of the events API.
-	Seq       uint64
-	Time      time.Time
+	Seq uint64
+	// Time is when the state was entered.
+	Time time.Time
+	// MessageID is the message the event is about.
 	MessageID string
-	State     string
+	// State is one of the State constants.
+	State string
 	// Error says why an attempt failed (ERROR, FAILED).
 	Error string
 	// NextDeliveryTime is when a RETRY is due.
 	NextDeliveryTime time.Time
-	URL              string
-	URLGroup         string
-	EndpointName     string
-	QueueName        string
-	Label            string
+	// URL is the message's destination.
+	URL string
+	// URLGroup, EndpointName, QueueName and Label are the message's, if
+	// set.
+	URLGroup     string
+	EndpointName string
+	QueueName    string
+	Label        string
 	// ResponseStatus is the destination's status for DELIVERED, ERROR and
 	// FAILED (0 when no response came).
 	ResponseStatus int

@@ -5,8 +5,10 @@ import "net/http"
 // SigningKeys are the keys deliveries are signed with. QStash signs with
 // Current; verifiers also accept Next so a rotation never breaks them.
 type SigningKeys struct {
+	// Current signs deliveries.
 	Current string `json:"current"`
-	Next    string `json:"next"`
+	// Next becomes Current at the next rotation.
+	Next string `json:"next"`
 }
 
 // Keys returns the signing keys.

@@ -12,16 +12,25 @@ import (
 // Message is a snapshot of a message that is not finished yet: waiting,
 // in flight, or between retries.
 type Message struct {
-	ID           string
-	URL          string // the destination URL, also the signature's sub
-	URLGroup     string
+	// ID is the message id, "msg_..."; each fan-out target of a URL group
+	// has its own.
+	ID string
+	// URL is the destination URL, also the signature's sub claim.
+	URL string
+	// URLGroup is the group published to, if any.
+	URLGroup string
+	// EndpointName is the group endpoint's name, if it has one.
 	EndpointName string
-	Queue        string
-	Method       string
+	// Queue is the queue enqueued to, if any.
+	Queue string
+	// Method is the HTTP method of deliveries (Upstash-Method; POST).
+	Method string
 	// Header holds the headers delivered with the message: the forwarded
 	// ones (Upstash-Forward- prefix stripped) and Content-Type.
-	Header     http.Header
-	Body       []byte
+	Header http.Header
+	// Body is delivered unchanged.
+	Body []byte
+	// MaxRetries is Upstash-Retries: attempts = 1 + MaxRetries.
 	MaxRetries int
 	// Retried counts failed attempts so far; the next attempt carries it as
 	// Upstash-Retried.
@@ -32,17 +41,29 @@ type Message struct {
 	NotBefore time.Time
 	// NextDeliveryTime is when a delayed or retrying message is due.
 	NextDeliveryTime time.Time
-	CreatedAt        time.Time
-	Callback         string
-	FailureCallback  string
-	CallerIP         string
-	Label            string
-	RetryDelay       string // the Upstash-Retry-Delay expression
-	Timeout          time.Duration
-	FlowControlKey   string
-	Parallelism      int
-	Rate             int
-	Period           time.Duration
+	// CreatedAt is when the message was published.
+	CreatedAt time.Time
+	// Callback is Upstash-Callback, told of every attempt.
+	Callback string
+	// FailureCallback is Upstash-Failure-Callback, told of the final failure.
+	FailureCallback string
+	// CallerIP is the publisher's address.
+	CallerIP string
+	// Label is Upstash-Label, a filter for events and the DLQ.
+	Label string
+	// RetryDelay is the Upstash-Retry-Delay expression.
+	RetryDelay string
+	// Timeout is Upstash-Timeout (zero: Config.Timeout).
+	Timeout time.Duration
+	// FlowControlKey is Upstash-Flow-Control-Key, with the limits this
+	// message was published with (Parallelism, Rate per Period).
+	FlowControlKey string
+	// Parallelism is the flow-control parallelism (0: unlimited).
+	Parallelism int
+	// Rate is the flow-control rate per Period (0: unlimited).
+	Rate int
+	// Period is the flow-control rate window.
+	Period time.Duration
 	// SourceMessageID is set on callback messages: the message whose
 	// attempt they report.
 	SourceMessageID string

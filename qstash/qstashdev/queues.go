@@ -9,12 +9,18 @@ import (
 
 // Queue is a snapshot of a queue.
 type Queue struct {
-	Name        string
+	// Name is the queue's name, from the enqueue path or POST /v2/queues.
+	Name string
+	// Parallelism is how many of its messages may be under way at once,
+	// retries included (1 unless set).
 	Parallelism int
-	Paused      bool
+	// Paused queues start no new message.
+	Paused bool
 	// Lag counts messages enqueued and not yet finished.
-	Lag       int
+	Lag int
+	// CreatedAt is when the queue was first used or upserted.
 	CreatedAt time.Time
+	// UpdatedAt is the last upsert, pause or resume.
 	UpdatedAt time.Time
 }
 

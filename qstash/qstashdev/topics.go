@@ -10,15 +10,21 @@ import (
 // URLGroup is a snapshot of a URL group (QStash's "topic"): publishing to
 // its name fans the message out, one message per endpoint.
 type URLGroup struct {
-	Name      string
+	// Name is what publishers use as the destination.
+	Name string
+	// Endpoints each get their own message per publish.
 	Endpoints []Endpoint
+	// CreatedAt is when the first endpoint was added.
 	CreatedAt time.Time
+	// UpdatedAt is the last endpoint change.
 	UpdatedAt time.Time
 }
 
 // Endpoint is one URL of a URL group.
 type Endpoint struct {
-	URL  string `json:"url"`
+	// URL receives the group's messages.
+	URL string `json:"url"`
+	// Name optionally labels the endpoint (endpointName in events).
 	Name string `json:"name,omitempty"`
 }
 

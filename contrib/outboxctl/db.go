@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// connectTimeout bounds connecting to PostgreSQL when the URL does not set
+// connect_timeout: without it a firewalled host hangs for minutes before
+// the operator learns anything.
+const connectTimeout = 10 * time.Second
+
+// connect opens a pool on the configured database and checks that the
+// server answers, so an unreachable database is reported before any work
+// starts. minConns raises the pool size for commands that run statements
+// concurrently (the relay), unless the URL sets pool_max_conns.
+func (a *app) connect(ctx context.Context, minConns int32) (*pgxpool.Pool, error) {
+	if a.g.databaseURL == "" {
+		a.g.databaseURL = localDatabaseURL
+		a.warn("neither --database-url nor DATABASE_URL is set: using the local development database %s", localDatabaseURL)
+	}
+	a.addURLSecrets(a.g.databaseURL)
+	cfg, err := pgxpool.ParseConfig(a.g.databaseURL)
+	if err != nil {
+		return nil, usageError(fmt.Sprintf("--database-url %s is not a PostgreSQL URL or connection string: %s: use postgres://user:password@host:5432/dbname?sslmode=require",
+			displayURL(a.g.databaseURL), netCause(err)))
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	if cfg.MaxConns < minConns {
+		cfg.MaxConns = minConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, a.dbError(err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout+5*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, a.dbError(err)
+	}
+	return pool, nil
+}
+
+// openStore connects and returns the outbox store for the global schema and
+// table, with ordering and notifications as the relay asks.
+func (a *app) openStore(ctx context.Context, minConns int32, cfg postgres.Config) (*pgxpool.Pool, *postgres.Store, error) {
+	pool, err := a.connect(ctx, minConns)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.Schema, cfg.Table = a.g.schema, a.g.table
+	store, err := postgres.New(pool, &cfg)
+	if err != nil {
+		pool.Close()
+		return nil, nil, a.dbError(err)
+	}
+	return pool, store, nil
+}
+
+// migrator returns a migrator for the global schema and table; pool may be
+// nil to print SQL only.
+func (a *app) migrator(pool *pgxpool.Pool) (*postgres.Migrator, error) {
+	m, err := postgres.NewMigrator(pool, &postgres.MigrateConfig{Schema: a.g.schema, Table: a.g.table})
+	if err != nil {
+		return nil, a.dbError(err)
+	}
+	return m, nil
+}
+
+// checkMigrated fails with the migrate hint when any migration is missing,
+// so a relay refuses to start on a schema it would fail on at every poll.
+func (a *app) checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {
+	m, err := a.migrator(pool)
+	if err != nil {
+		return err
+	}
+	st, err := m.Status(ctx)
+	if err != nil {
+		return a.dbError(err)
+	}
+	var missing []int
+	for _, s := range st {
+		if !s.Applied {
+			missing = append(missing, s.Version)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("schema %q (table %q) at %s lacks migration(s) %v: run `outboxctl migrate --schema %s --table %s` first",
+			a.g.schema, a.g.table, displayURL(a.g.databaseURL), missing, a.g.schema, a.g.table)
+	}
+	return nil
+}

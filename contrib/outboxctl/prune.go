@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+const pruneHelp = `Deletes events published longer ago than --older-than, oldest first, in
+statements of at most --batch-size rows so it never holds many locks or
+writes a long burst of WAL. Pending and dead-lettered events are never
+pruned. Run it from cron; it is safe beside running relays.
+
+With --processed it also deletes consumers' processed-event records (the
+deduplication table, <table>_processed) older than --processed-older-than.
+Keep those records at least as long as published events (a replay of an
+event whose record is gone applies its effect again) and longer than the
+transport redelivers (QStash retries for days).
+
+Ages are measured with the database's clock.`
+
+func (a *app) cmdPrune(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("prune", "--older-than DURATION [--processed [--processed-older-than DURATION]] [--dry-run]", pruneHelp)
+	a.registerGlobals(fs)
+	var olderThan, processedOlderThan time.Duration
+	newDurationFlag(fs, &olderThan, "older-than", 0, "delete events published longer ago than this (e.g. 7d, 36h); required")
+	batch := fs.Int("batch-size", 1000, "most rows deleted per statement")
+	processed := fs.Bool("processed", false, "also prune the deduplication table's processed-event records")
+	newDurationFlag(fs, &processedOlderThan, "processed-older-than", 0, "age beyond which processed-event records are deleted (defaults to --older-than)")
+	dryRun := fs.Bool("dry-run", false, "count the published events that would be deleted, delete nothing")
+	rest, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(fs, rest); err != nil {
+		return err
+	}
+	if olderThan <= 0 {
+		return usageError("prune needs --older-than DURATION (e.g. --older-than 7d): how long to keep published events")
+	}
+	if *batch < 1 {
+		return usageError("--batch-size must be at least 1")
+	}
+	if processedOlderThan == 0 {
+		processedOlderThan = olderThan
+	}
+	if !*processed && processedOlderThan != olderThan {
+		return usageError("--processed-older-than only applies with --processed")
+	}
+	if *processed && processedOlderThan < olderThan {
+		a.warn("--processed-older-than %s is shorter than --older-than %s: replaying a published event whose processed record is gone applies its effect again",
+			formatDuration(processedOlderThan), formatDuration(olderThan))
+	}
+
+	pool, store, err := a.openStore(ctx, 0, postgres.Config{})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var now time.Time
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return a.dbError(err)
+	}
+	cutoff := now.Add(-olderThan)
+
+	if *dryRun {
+		n, err := a.countPublishedBefore(ctx, pool, cutoff)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(a.stdout, "would prune %d event(s) published before %s (older than %s)\n", n, rfc3339(cutoff), formatDuration(olderThan))
+		return nil
+	}
+
+	var total int64
+	if a.terminal {
+		// Counting first gives the bar its end; only worth its cost when
+		// someone watches.
+		if total, err = a.countPublishedBefore(ctx, pool, cutoff); err != nil {
+			return err
+		}
+	}
+	p := a.startProgress("pruning", "events", total)
+	n, err := store.Prune(ctx, core.PruneRequest{PublishedBefore: cutoff, BatchSize: *batch, Progress: p.set})
+	p.done()
+	if err != nil {
+		return fmt.Errorf("pruned %d event(s), then: %w", n, a.dbError(err))
+	}
+	fmt.Fprintf(a.stdout, "pruned %d event(s) published before %s (older than %s)\n", n, rfc3339(cutoff), formatDuration(olderThan))
+
+	if *processed {
+		d, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: a.g.schema, Table: a.g.table, PruneBatchSize: *batch})
+		if err != nil {
+			return a.dbError(err)
+		}
+		pcut := now.Add(-processedOlderThan)
+		p := a.startProgress("pruning processed records", "records", 0)
+		n, err := d.Prune(ctx, pcut)
+		p.done()
+		if err != nil {
+			return fmt.Errorf("pruned %d processed-event record(s), then: %w", n, a.dbError(err))
+		}
+		fmt.Fprintf(a.stdout, "pruned %d processed-event record(s) recorded before %s (older than %s)\n", n, rfc3339(pcut), formatDuration(processedOlderThan))
+	}
+	return nil
+}
+
+// countPublishedBefore counts what Prune would delete. The outbox table's
+// columns are its public contract, so this reads them directly; the store
+// offers no count.
+func (a *app) countPublishedBefore(ctx context.Context, pool *pgxpool.Pool, cutoff time.Time) (int64, error) {
+	var n int64
+	table := pgx.Identifier{a.g.schema, a.g.table}.Sanitize()
+	err := pool.QueryRow(ctx, "SELECT count(*) FROM "+table+" WHERE published_at < $1", cutoff).Scan(&n)
+	if err != nil {
+		return 0, a.dbError(err)
+	}
+	return n, nil
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+const relayHelp = `Relays events from the outbox to a transport until SIGINT or SIGTERM, then
+shuts down gracefully: it stops claiming, lets in-flight publishes finish for
+up to --shutdown-timeout, and releases the events of those it had to cancel,
+so another relay takes them at once instead of after --lease.
+
+Run as many relays as you like against one outbox: each claims batches under
+a lease with FOR UPDATE SKIP LOCKED, so they never publish the same event
+at the same time and need no coordination.
+
+Transports:
+  qstash  Upstash QStash (--qstash-url, --qstash-token). Routing per event:
+          its destination column, else --routes, else --destination.
+  nats    NATS JetStream (--nats-url). The topic (subject) is the event's
+          destination column, else --routes, else --destination, else its
+          type. A stream must cover the subjects (or --nats-auto-provision).
+          Nats-Msg-Id is the event ID, so JetStream drops republished events
+          within its duplicate window.
+  amqp    AMQP 0.9.1, e.g. RabbitMQ (--amqp-url). Topics as for nats; each is
+          a durable fanout exchange of that name, declared on first use; bind
+          your queues to it. Publisher confirms are on.
+
+--routes FILE maps event types to destinations, as JSON
+  {"order.confirmed": "https://billing.example.com/qstash/orders",
+   "order.shipped": {"urlGroup": "shipping", "queue": "shipments"}}
+or one type=destination per line (# starts a comment):
+  order.confirmed = https://billing.example.com/qstash/orders
+  order.shipped   = shipping
+For QStash a destination is a URL (http:// or https://) or a URL group name;
+for nats and amqp it is a topic.
+
+--lease must exceed --publish-timeout: a lease must not expire while its
+publish still runs, or another relay would publish the same events.
+
+With --drain the relay processes every due event once and exits (for cron
+or serverless schedules) instead of running until stopped.`
+
+func (a *app) cmdRelay(ctx context.Context, args []string) error {
+	fs := a.newFlagSet("relay", "[--transport qstash|nats|amqp] [--destination D | --routes FILE] [flags]", relayHelp)
+	a.registerGlobals(fs)
+	var tf transportFlags
+	tf.register(fs, a.getenv)
+	def := core.RelayConfig{}.WithDefaults()
+	var cfg core.RelayConfig
+	fs.IntVar(&cfg.BatchSize, "batch-size", def.BatchSize, "most events claimed and published at once")
+	fs.IntVar(&cfg.Concurrency, "concurrency", def.Concurrency, "batches in flight at once")
+	newDurationFlag(fs, &cfg.LeaseDuration, "lease", def.LeaseDuration, "how long a claim keeps other relays off its events; must exceed --publish-timeout")
+	newDurationFlag(fs, &cfg.PublishTimeout, "publish-timeout", 0, "bound on one publish call (default 10s, or half of --lease when that is shorter)")
+	newDurationFlag(fs, &cfg.PollInterval, "poll-interval", def.PollInterval, "idle wait between looks for due events when no notification arrives")
+	newDurationFlag(fs, &cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight publishes may finish before they are cancelled and their events released")
+	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", def.Retry.MaxAttempts, "attempts after which a failing event is dead-lettered")
+	newDurationFlag(fs, &cfg.Retry.InitialBackoff, "initial-backoff", def.Retry.InitialBackoff, "delay after the first failed attempt; it doubles per attempt, with jitter")
+	newDurationFlag(fs, &cfg.Retry.MaxBackoff, "max-backoff", def.Retry.MaxBackoff, "cap on the delay between attempts")
+	noNotify := fs.Bool("no-notify", false, "do not LISTEN for new-event notifications; find events by polling alone")
+	ordering := fs.Bool("ordering", false, "per-aggregate ordering: claim only each aggregate's oldest pending event (writers and relays of one table must agree)")
+	fs.StringVar(&cfg.Destination, "only-destination", "", "claim only events whose destination column equals this `value` (a relay dedicated to one slow destination)")
+	drain := fs.Bool("drain", false, "process every due event once, then exit")
+	var lf logFlags
+	lf.register(fs)
+	rest, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(fs, rest); err != nil {
+		return err
+	}
+	logger, err := lf.logger(a.stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger
+	cfg.DisableNotifier = *noNotify
+	cfg.Hooks = []core.RelayHook{batchLogger{logger}}
+	// Check the settings before connecting anywhere: a typo in a flag
+	// should not wait for a database to answer.
+	if _, err := core.NewRelay(nopStore{}, core.PublisherFunc(nopPublish), &cfg); err != nil {
+		return relayConfigError(err)
+	}
+
+	pool, store, err := a.openStore(ctx, int32(cfg.Concurrency)+2, postgres.Config{
+		Ordering: *ordering, DisableNotify: *noNotify, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := a.checkMigrated(ctx, pool); err != nil {
+		return err
+	}
+	pub, closePub, err := a.publisher(ctx, &tf, logger)
+	if err != nil {
+		return err
+	}
+	defer closePub()
+	relay, err := core.NewRelay(store, pub, &cfg)
+	if err != nil {
+		return relayConfigError(err)
+	}
+	rc := relay.Config()
+
+	if *drain {
+		start := time.Now()
+		n, err := relay.Drain(ctx)
+		if err != nil {
+			return fmt.Errorf("drain stopped after %d event(s): %w", n, a.dbError(err))
+		}
+		fmt.Fprintf(a.stdout, "drained %d event(s) in %s\n", n, formatDuration(time.Since(start)))
+		return nil
+	}
+
+	logger.Info("relay started",
+		"transport", strings.ToLower(tf.kind), "database", displayURL(a.g.databaseURL), "schema", a.g.schema, "table", a.g.table,
+		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration, "publish_timeout", rc.PublishTimeout,
+		"poll_interval", rc.PollInterval, "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering)
+	stop := context.AfterFunc(ctx, func() {
+		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", rc.ShutdownTimeout)
+	})
+	defer stop()
+	if err := relay.Run(ctx); err != nil {
+		return err
+	}
+	logger.Info("relay stopped")
+	return nil
+}
+
+// flagOfField maps RelayConfig fields to the flags that set them, so a
+// validation error names what the operator typed.
+var flagOfField = map[string]string{
+	"BatchSize": "--batch-size", "Concurrency": "--concurrency", "LeaseDuration": "--lease",
+	"PublishTimeout": "--publish-timeout", "PollInterval": "--poll-interval", "ShutdownTimeout": "--shutdown-timeout",
+	"Retry.MaxAttempts": "--max-attempts", "Retry.InitialBackoff": "--initial-backoff", "Retry.MaxBackoff": "--max-backoff",
+	"MaxAttempts": "--max-attempts", "InitialBackoff": "--initial-backoff", "MaxBackoff": "--max-backoff",
+}
+
+func relayConfigError(err error) error {
+	var ce *core.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	reason := ce.Reason
+	// Longest names first, so "Retry.MaxBackoff" is not half-replaced by
+	// "MaxBackoff".
+	for _, field := range []string{"Retry.MaxAttempts", "Retry.InitialBackoff", "Retry.MaxBackoff", "LeaseDuration", "PublishTimeout",
+		"PollInterval", "ShutdownTimeout", "BatchSize", "Concurrency", "MaxAttempts", "InitialBackoff", "MaxBackoff"} {
+		reason = strings.ReplaceAll(reason, field, flagOfField[field])
+	}
+	name := flagOfField[ce.Field]
+	if name == "" {
+		name = ce.Field
+	}
+	return usageError(fmt.Sprintf("%s %s", name, reason))
+}
+
+// nopStore and nopPublish stand in for the real ones when validating the
+// relay configuration before connecting.
+type nopStore struct{}
+
+func (nopStore) Claim(context.Context, core.ClaimRequest) (core.Batch, error) { return core.Batch{}, nil }
+func (nopStore) Settle(context.Context, core.SettleRequest) error            { return nil }
+
+func nopPublish(context.Context, []core.Event) error { return nil }
+
+// batchLogger logs every settled batch at debug level, and settle failures
+// at warn: the relay itself logs publish failures.
+type batchLogger struct{ log *slog.Logger }
+
+func (b batchLogger) AfterSettle(ctx context.Context, info core.SettleInfo) {
+	if info.Err != nil && !errors.Is(info.Err, core.ErrLeaseLost) {
+		b.log.WarnContext(ctx, "settling a batch failed; its events will be published again after their lease", "events", len(info.Events), "error", info.Err)
+	}
+	if !b.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	counts := map[core.OutcomeKind]int{}
+	for _, o := range info.Outcomes {
+		counts[o.Kind]++
+	}
+	b.log.DebugContext(ctx, "batch settled", "events", len(info.Events),
+		"published", counts[core.Published], "retry", counts[core.Retry], "dead_lettered", counts[core.DeadLettered],
+		"released", counts[core.Released], "publish_duration", info.PublishDuration)
+}

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/qstash"
+)
+
+// Local defaults of the broker URLs: the services .ci/services.sh runs.
+const (
+	defaultNATSURL = "nats://127.0.0.1:4222"
+	defaultAMQPURL = "amqp://guest:guest@127.0.0.1:5672/"
+)
+
+// preflightTimeout bounds the start-up check of the transport.
+const preflightTimeout = 10 * time.Second
+
+// transportFlags select and configure the relay's transport.
+type transportFlags struct {
+	kind string
+
+	qstashURL, qstashToken string
+
+	destination       string
+	routesFile        string
+	eventDestinations bool
+
+	natsURL           string
+	natsAutoProvision bool
+
+	amqpURL string
+}
+
+func (t *transportFlags) register(fs *flagSet, getenv func(string) string) {
+	fs.StringVar(&t.kind, "transport", "qstash", "`transport`: qstash, nats (JetStream) or amqp")
+	fs.StringVar(&t.qstashURL, "qstash-url", envOr(getenv, "QSTASH_URL", qstash.DefaultBaseURL), "QStash API `URL` (env QSTASH_URL)")
+	fs.StringVar(&t.qstashToken, "qstash-token", getenv("QSTASH_TOKEN"), "QStash `token` (env QSTASH_TOKEN); required with --transport qstash")
+	fs.StringVar(&t.destination, "destination", "",
+		"where events go when neither their own destination column nor --routes says: a `URL` or URL group (qstash), or a topic (nats, amqp; default: the event type)")
+	fs.StringVar(&t.routesFile, "routes", "", "`file` mapping event types to destinations: JSON {\"type\": \"destination\"} or type=destination lines")
+	fs.BoolVar(&t.eventDestinations, "event-destinations", false,
+		"qstash: route by each event's destination column alone (no --destination or --routes); events without one are dead-lettered")
+	fs.StringVar(&t.natsURL, "nats-url", envOr(getenv, "NATS_URL", defaultNATSURL), "NATS `URL` (env NATS_URL)")
+	fs.BoolVar(&t.natsAutoProvision, "nats-auto-provision", false,
+		"nats: create a JetStream stream named after each topic when missing (topics must then be valid stream names: no dots)")
+	fs.StringVar(&t.amqpURL, "amqp-url", envOr(getenv, "AMQP_URL", defaultAMQPURL), "AMQP `URL` (env AMQP_URL)")
+}
+
+// publisher builds the configured transport's core.Publisher, after
+// checking that the service answers. close releases its connections; call
+// it once the relay has stopped.
+func (a *app) publisher(ctx context.Context, t *transportFlags, logger *slog.Logger) (pub core.Publisher, close func(), err error) {
+	var routes map[string]route
+	if t.routesFile != "" {
+		if routes, err = loadRoutes(t.routesFile); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch strings.ToLower(t.kind) {
+	case "qstash":
+		return a.qstashPublisher(ctx, t, routes)
+	case "nats":
+		return a.natsPublisher(t, routes, logger)
+	case "amqp":
+		return a.amqpPublisher(t, routes, logger)
+	}
+	return nil, nil, usageError(fmt.Sprintf("--transport %q: use qstash, nats or amqp", t.kind))
+}
+
+func (a *app) qstashPublisher(ctx context.Context, t *transportFlags, routes map[string]route) (core.Publisher, func(), error) {
+	a.addSecret(t.qstashToken)
+	a.addURLSecrets(t.qstashURL)
+	if t.qstashToken == "" {
+		return nil, nil, usageError("--transport qstash needs a token: set --qstash-token or QSTASH_TOKEN (the Upstash console shows it; outboxctl qstash-dev prints a local one)")
+	}
+	if t.destination == "" && routes == nil && !t.eventDestinations {
+		return nil, nil, usageError("say where events go: --destination URL, --routes FILE, or --event-destinations when every event carries its own destination")
+	}
+	if t.eventDestinations && (t.destination != "" || routes != nil) {
+		return nil, nil, usageError("--event-destinations means no --destination and no --routes: events carrying a destination use it anyway")
+	}
+	cfg := &qstash.PublisherConfig{BaseURL: t.qstashURL, Token: t.qstashToken}
+	if t.destination != "" {
+		target, err := qstash.ParseTarget(t.destination)
+		if err != nil {
+			return nil, nil, usageError(fmt.Sprintf("--destination: %v", err))
+		}
+		cfg.Destination = target
+	}
+	if routes != nil {
+		cfg.Routes = make(map[string]qstash.Target, len(routes))
+		for typ, r := range routes {
+			var target qstash.Target
+			switch r.Kind {
+			case "url":
+				target.URL = r.Destination
+			case "urlGroup":
+				target.URLGroup = r.Destination
+			case "topic":
+				return nil, nil, usageError(fmt.Sprintf("--routes: %q routes to a topic, which QStash does not have: use url or urlGroup", typ))
+			default:
+				var err error
+				if target, err = qstash.ParseTarget(r.Destination); err != nil {
+					return nil, nil, usageError(fmt.Sprintf("--routes: %q: %v", typ, err))
+				}
+			}
+			target.Queue = r.Queue
+			cfg.Routes[typ] = target
+		}
+	}
+	pub, err := qstash.NewPublisher(cfg)
+	if err != nil {
+		return nil, nil, usageError(strings.TrimPrefix(trimLibPrefix(err.Error()), "Routes"))
+	}
+	if err := a.checkQStash(ctx, t); err != nil {
+		_ = pub.Close()
+		return nil, nil, err
+	}
+	return pub, func() { _ = pub.Close() }, nil
+}
+
+// checkQStash asks QStash for its signing keys: the cheapest authenticated
+// request, so an unreachable server or a wrong token stops the relay at
+// start instead of dead-lettering nothing and retrying forever in the logs.
+func (a *app) checkQStash(ctx context.Context, t *transportFlags) error {
+	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+	defer cancel()
+	base := strings.TrimRight(t.qstashURL, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v2/keys", nil)
+	if err != nil {
+		return usageError(fmt.Sprintf("--qstash-url %s: %v", displayURL(t.qstashURL), err))
+	}
+	req.Header.Set("Authorization", "Bearer "+t.qstashToken)
+	client := &http.Client{Timeout: preflightTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach QStash at %s: %s — is it running? set --qstash-url or QSTASH_URL", displayURL(base), netCause(err))
+	}
+	defer resp.Body.Close()
+	client.CloseIdleConnections()
+	switch {
+	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("QStash at %s refused the token (%s): set --qstash-token or QSTASH_TOKEN to the token of the Upstash console", displayURL(base), resp.Status)
+	case resp.StatusCode >= 300:
+		a.warn("QStash at %s answered %s to GET /v2/keys; starting anyway", displayURL(base), resp.Status)
+	}
+	return nil
+}
+
+// topicFunc picks a Watermill topic: the event's destination column, its
+// route, --destination, else its type (outboxwatermill.DefaultTopic).
+func topicFunc(t *transportFlags, routes map[string]route) (func(core.Event) string, error) {
+	topics := make(map[string]string, len(routes))
+	for typ, r := range routes {
+		if r.Queue != "" || r.Kind == "url" || r.Kind == "urlGroup" {
+			return nil, usageError(fmt.Sprintf("--routes: %q: queues, URLs and URL groups are QStash routes; with --transport %s give a topic", typ, t.kind))
+		}
+		topics[typ] = r.Destination
+	}
+	return func(e core.Event) string {
+		if e.Destination != "" {
+			return e.Destination
+		}
+		if topic, ok := topics[e.Type]; ok {
+			return topic
+		}
+		if t.destination != "" {
+			return t.destination
+		}
+		return e.Type
+	}, nil
+}
+
+func (a *app) natsPublisher(t *transportFlags, routes map[string]route, logger *slog.Logger) (core.Publisher, func(), error) {
+	a.addURLSecrets(t.natsURL)
+	topic, err := topicFunc(t, routes)
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(t.natsURL, nats.Name("outboxctl relay"), nats.Timeout(preflightTimeout),
+		// A relay outlives broker restarts: keep reconnecting; publishes
+		// fail meanwhile and the relay retries them.
+		nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s — is it running? set --nats-url or NATS_URL", displayURL(t.natsURL), netCause(err))
+	}
+	js, err := nc.JetStream()
+	if err == nil {
+		_, err = js.AccountInfo()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("NATS at %s has no JetStream (%v): start nats-server with -js", displayURL(t.natsURL), err)
+	}
+	wp, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
+		Marshaler:         &wmnats.NATSMarshaler{},
+		SubjectCalculator: wmnats.DefaultSubjectCalculator,
+		JetStream: wmnats.JetStreamConfig{
+			AutoProvision: t.natsAutoProvision,
+			// Nats-Msg-Id = event ID: JetStream drops a republished event
+			// within its duplicate window.
+			TrackMsgId: true,
+		},
+	}, watermill.NewSlogLogger(logger))
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("NATS JetStream at %s: %v", displayURL(t.natsURL), err)
+	}
+	return watermillPublisher(wp, topic)
+}
+
+func (a *app) amqpPublisher(t *transportFlags, routes map[string]route, logger *slog.Logger) (core.Publisher, func(), error) {
+	a.addURLSecrets(t.amqpURL)
+	topic, err := topicFunc(t, routes)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Each topic is a durable fanout exchange of that name, declared on
+	// first use; consumers bind their queues to it. Publisher confirms make
+	// a publish count only once the broker has the message.
+	cfg := wmamqp.NewDurablePubSubConfig(t.amqpURL, nil)
+	cfg.Publish.ConfirmDelivery = true
+	wp, err := wmamqp.NewPublisher(cfg, watermill.NewSlogLogger(logger))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot reach AMQP at %s: %s — is it running? set --amqp-url or AMQP_URL", displayURL(t.amqpURL), netCause(err))
+	}
+	return watermillPublisher(wp, topic)
+}
+
+func watermillPublisher(wp message.Publisher, topic func(core.Event) string) (core.Publisher, func(), error) {
+	pub, err := outboxwatermill.NewPublisher(wp, &outboxwatermill.PublisherConfig{Topic: topic})
+	if err != nil {
+		_ = wp.Close()
+		return nil, nil, err
+	}
+	return pub, func() { _ = wp.Close() }, nil
+}

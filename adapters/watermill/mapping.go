@@ -11,8 +11,8 @@ import (
 	"github.com/outboxkit/outboxkit/core"
 )
 
-// Payload wrapping for messages whose payload is not JSON (see
-// TxPublisherConfig.WrapNonJSON).
+// Bookkeeping headers TxPublisher may set on an event, and the payload
+// encoding it uses for payloads that are not JSON.
 const (
 	// HeaderPayloadEncoding is the event header TxPublisher sets on an event
 	// whose payload it wrapped. It never appears in message metadata: the

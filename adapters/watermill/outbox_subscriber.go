@@ -137,8 +137,9 @@ func (c OutboxSubscriberConfig) relayConfig(topic string) core.RelayConfig {
 // any event.
 //
 // It works with any core.Store whose Claim honours ClaimRequest.Destination
-// (the postgres and memory stores do; Subscribe fails with an error matching
-// core.ErrUnsupported on the first claim otherwise). Subscriptions to one
+// (the postgres and memory stores do). With a store that answers
+// core.ErrUnsupported instead, the subscription logs the error and ends,
+// closing its channel, rather than waiting for events it can never claim. Subscriptions to one
 // topic, in one process or many, compete for its events: each event goes to
 // one of them, like a single consumer group. Delivery is at-least-once: an
 // event whose lease expires, or whose acknowledgement comes after
@@ -205,7 +206,11 @@ func (s *OutboxSubscriber) Subscribe(ctx context.Context, topic string) (<-chan 
 	out := make(chan *message.Message)
 	sub := &outboxSubscription{s: s, ctx: subCtx, out: out, topic: topic}
 	rc := s.cfg.relayConfig(topic)
-	relay, err := core.NewRelay(s.store, core.PublisherFunc(sub.deliver), &rc)
+	store := unsupportedGuard{Store: s.store, fail: func(err error) {
+		s.cfg.Logger.Error("outboxwatermill: the store cannot claim by destination; subscription ended", "topic", topic, "error", err)
+		cancel()
+	}}
+	relay, err := core.NewRelay(store, core.PublisherFunc(sub.deliver), &rc)
 	if err != nil {
 		cancel()
 		return nil, err
@@ -347,4 +352,20 @@ func (sub *outboxSubscription) deliverOne(ctx context.Context, e core.Event) err
 	case <-t.C():
 		return ErrClosed
 	}
+}
+
+// unsupportedGuard ends a subscription whose store cannot filter claims by
+// destination: its relay would otherwise log the same error every poll and
+// deliver nothing.
+type unsupportedGuard struct {
+	core.Store
+	fail func(error)
+}
+
+func (g unsupportedGuard) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	b, err := g.Store.Claim(ctx, req)
+	if errors.Is(err, core.ErrUnsupported) {
+		g.fail(err)
+	}
+	return b, err
 }

@@ -3,6 +3,7 @@ package outboxwatermill_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -303,4 +304,32 @@ func (c *claimCounter) Claims(destination string) int {
 
 func (c *claimCounter) Listen(ctx context.Context, wake func()) error {
 	return c.notifier.Listen(ctx, wake)
+}
+
+// noDestinationStore is a store that cannot filter claims by destination.
+type noDestinationStore struct{ core.Store }
+
+func (noDestinationStore) Claim(context.Context, core.ClaimRequest) (core.Batch, error) {
+	return core.Batch{}, fmt.Errorf("claim by destination: %w", core.ErrUnsupported)
+}
+
+func TestOutboxSubscriberEndsWhenStoreCannotFilter(t *testing.T) {
+	t.Parallel()
+	sub, err := outboxwatermill.NewOutboxSubscriber(noDestinationStore{memory.NewStore(nil)}, fastSubscriber())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	ch, err := sub.Subscribe(context.Background(), "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case _, open := <-ch:
+		if open {
+			t.Fatal("got a message from a store that cannot claim")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("subscription kept waiting on a store that cannot claim by destination")
+	}
 }

@@ -74,7 +74,11 @@ type QStashSubscriberConfig struct {
 // 500 too, so its deliveries wait for a subscriber.
 //
 // Deduplication is the Watermill handler's job (QStash delivers at least
-// once): the receiver runs with no Deduper of its own.
+// once): the receiver runs with no Deduper of its own. Watermill has no
+// "permanent" Nack, so a message that can never succeed should be acked
+// after it is recorded elsewhere (Watermill's PoisonQueue middleware does
+// that); a Nack makes QStash retry until its retries run out and the
+// message lands in its DLQ.
 //
 // Subscriptions to one topic compete: each delivery goes to one of them.
 // Messages are handed out as requests arrive, without waiting for earlier

@@ -494,3 +494,56 @@ func TestQueryExecModes(t *testing.T) {
 		pool.Close()
 	}
 }
+
+// TestDeduperConcurrentDeliveries delivers one event eight times at once to
+// an effect that writes through the deduper's transaction: the write happens
+// once, and exactly one delivery reports it applied.
+func TestDeduperConcurrentDeliveries(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 9)
+	ctx := ctxT(t)
+	if _, err := db.pool.Exec(ctx, fmt.Sprintf("CREATE TABLE %q.balance (n int); INSERT INTO %q.balance VALUES (0)", db.schema, db.schema)); err != nil {
+		t.Fatal(err)
+	}
+	d, err := postgres.NewDeduper(db.pool, &postgres.DeduperConfig{Schema: db.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := core.DedupeKey{Consumer: "wallet", EventID: core.NewID()}
+	bump := fmt.Sprintf("UPDATE %q.balance SET n = n + 1", db.schema)
+	start := make(chan struct{})
+	results := make(chan error, 8)
+	applied := make(chan bool, 8)
+	for i := 0; i < 8; i++ {
+		go func() {
+			<-start
+			ok, err := d.Once(ctx, key, func(ctx context.Context) error {
+				tx, found := postgres.TxFromContext(ctx)
+				if !found {
+					return errors.New("no transaction")
+				}
+				_, err := tx.Exec(ctx, bump)
+				return err
+			})
+			applied <- ok
+			results <- err
+		}()
+	}
+	close(start)
+	n := 0
+	for i := 0; i < 8; i++ {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+		if <-applied {
+			n++
+		}
+	}
+	var balance int
+	if err := db.pool.QueryRow(ctx, fmt.Sprintf("SELECT n FROM %q.balance", db.schema)).Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 1 || n != 1 {
+		t.Fatalf("8 concurrent deliveries: balance %d, %d reported applied; want 1 and 1", balance, n)
+	}
+}

@@ -20,11 +20,11 @@ import (
 const maxErrorBytes = 4096
 
 // Claim leases up to req.Limit due events under a fresh lease token in one
-// statement (see the package documentation for its SQL). Due means: neither
-// published nor dead-lettered, AvailableAt reached, and no live lease; with
-// ordering on, also the head of its aggregate; with req.Destination set, also
-// bound for that destination. The events come back in the
-// order they were selected: AvailableAt, then insertion order.
+// statement (docs/SCHEMA.md shows it). Due means: neither published nor
+// dead-lettered, AvailableAt reached, and no live lease; with ordering on,
+// also the head of its aggregate; with req.Destination set, also bound for
+// that destination. The events come back in the order they were selected:
+// AvailableAt, then insertion order.
 //
 // "Now" is the database's now() unless req.Now is set, so relays on hosts
 // with skewed clocks agree on lease expiry.

@@ -11,7 +11,7 @@ import "strings"
 // one prepared statement does.
 
 // eventColumns are the columns a claimed event is read from, in the order
-// scanEvent expects.
+// eventScanner expects.
 const eventColumns = `id, event_type, schema_version, source, aggregate_type, aggregate_id, sequence,
 	payload, headers, destination, created_at, available_at, attempts`
 

@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -50,17 +49,14 @@ func (s *Server) attempt(parent context.Context, m *message, retried int) attemp
 		timeout = s.cfg.Timeout
 	}
 	if m.u == nil {
-		u, err := url.Parse(m.url)
-		if err != nil {
-			return attemptResult{err: fmt.Errorf("parse destination: %w", err)}
-		}
-		m.u = u
+		// Publishing validated the URL, so this is not expected.
+		return attemptResult{err: fmt.Errorf("destination %q is not a valid URL", m.url)}
 	}
 	// QStash's own headers; they override forwarded ones of the same name.
 	fixed := make([]string, 0, 14)
 	fixed = append(fixed,
 		"User-Agent", "Upstash-QStash",
-		"Upstash-Signature", s.signer.Load().sign(m.url, m.body, s.clock.Now(), jwtID()),
+		"Upstash-Signature", s.signer.Load().sign(m.url, m.body, s.clock.Now()),
 		"Upstash-Message-Id", m.id,
 		"Upstash-Retried", strconv.Itoa(retried),
 	)
@@ -135,8 +131,8 @@ type outcome struct {
 	delay    time.Duration // before the next attempt, if there is one
 }
 
-func (s *Server) prepareOutcome(m *message, retried int, res *attemptResult) *outcome {
-	out := &outcome{}
+func (s *Server) prepareOutcome(m *message, retried int, res *attemptResult) outcome {
+	var out outcome
 	if res.aborted {
 		return out
 	}

@@ -40,10 +40,11 @@ type lanClient struct {
 }
 
 type lanConn struct {
-	key string
-	nc  net.Conn
-	br  *bufio.Reader
-	bw  *bufio.Writer
+	key     string
+	nc      net.Conn
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	scratch []byte // for draining bodies without io.CopyN's allocation
 }
 
 func newLANClient(maxIdle int) *lanClient {
@@ -105,7 +106,7 @@ func (c *lanClient) get(ctx context.Context, key string, deadline time.Time) (*l
 	if err != nil {
 		return nil, false, err
 	}
-	lc := &lanConn{key: key, nc: nc, br: bufio.NewReaderSize(nc, 4096), bw: bufio.NewWriterSize(nc, 4096)}
+	lc := &lanConn{key: key, nc: nc, br: bufio.NewReaderSize(nc, 4096), bw: bufio.NewWriterSize(nc, 4096), scratch: make([]byte, 512)}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -222,12 +223,26 @@ func (c *lanClient) once(ctx context.Context, key string, r *lanRequest, deadlin
 			return attemptResult{}, err
 		}
 	}
-	// Drain (boundedly): CopyN reports io.EOF once the body is complete,
-	// which is when the connection can carry the next request.
-	_, err = io.CopyN(io.Discard, resp.Body, 1<<20)
+	complete := drain(resp.Body, lc.scratch, 1<<20)
 	resp.Body.Close()
-	c.put(lc, err == io.EOF && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols)
+	c.put(lc, complete && !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols)
 	return res, nil
+}
+
+// drain reads and discards up to limit bytes, reporting whether the body
+// ended: only then can the connection carry the next request.
+func drain(r io.Reader, buf []byte, limit int) bool {
+	for n := 0; n <= limit; {
+		m, err := r.Read(buf)
+		n += m
+		if err == io.EOF {
+			return true
+		}
+		if err != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // writeRequest writes an HTTP/1.1 request. Header names and values were

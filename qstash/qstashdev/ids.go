@@ -42,14 +42,15 @@ func (s *idSource) messageID() string {
 // generator is ChaCha8 seeded from the OS, which is plenty for a local
 // server's ids and keys.
 func randomBase62(n int) string {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = base62[rand.IntN(len(base62))]
-	}
-	return string(b)
+	return string(appendRandomBase62(make([]byte, 0, n), n))
 }
 
-func jwtID() string { return "jwt_" + randomBase62(20) }
+func appendRandomBase62(b []byte, n int) []byte {
+	for range n {
+		b = append(b, base62[rand.IntN(len(base62))])
+	}
+	return b
+}
 
 func newSigningKey() string { return "sig_" + randomBase62(28) }
 

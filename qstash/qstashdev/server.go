@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,7 @@ type Server struct {
 	queues   map[string]*queue
 	groups   map[string]*urlGroup
 	flows    map[string]*flowKey
+	urls     map[string]*url.URL // parsed destinations
 	dedup    dedupIndex
 	events   eventLog
 	dlq      dlqStore
@@ -80,6 +82,7 @@ func New(cfg Config) (*Server, error) {
 		queues:   make(map[string]*queue),
 		groups:   make(map[string]*urlGroup),
 		flows:    make(map[string]*flowKey),
+		urls:     make(map[string]*url.URL),
 		dedup:    dedupIndex{entries: make(map[string]*dedupEntry), max: cfg.MaxDeduplicationKeys},
 		events:   eventLog{buf: make([]Event, 0, min(cfg.MaxEvents, 1024)), max: cfg.MaxEvents},
 		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ},
@@ -367,13 +370,13 @@ func (s *Server) worker() {
 		last    *message
 		retried int
 		res     attemptResult
-		out     *outcome
+		out     outcome
 	)
 	s.mu.Lock()
 	for {
 		if last != nil {
 			s.inflight--
-			s.completeLocked(last, retried, &res, out)
+			s.completeLocked(last, retried, &res, &out)
 			last = nil
 		}
 		for s.ready.len() == 0 && !s.stopping {

@@ -39,7 +39,7 @@ func newSigner(key string) *signer {
 }
 
 // sign returns the Upstash-Signature for a delivery of body to url.
-func (s *signer) sign(url string, body []byte, now time.Time, jti string) string {
+func (s *signer) sign(url string, body []byte, now time.Time) string {
 	sum := sha256.Sum256(body)
 	iat := now.Unix()
 
@@ -51,8 +51,9 @@ func (s *signer) sign(url string, body []byte, now time.Time, jti string) string
 	buf = strconv.AppendInt(buf, iat+int64(jwtLifetime/time.Second), 10)
 	buf = append(buf, `,"iat":`...)
 	buf = strconv.AppendInt(buf, iat, 10)
-	buf = append(buf, `,"iss":"Upstash","jti":`...)
-	buf = appendJSONString(buf, jti)
+	buf = append(buf, `,"iss":"Upstash","jti":"jwt_`...)
+	buf = appendRandomBase62(buf, 20)
+	buf = append(buf, '"')
 	// nbf = iat: QStash's exact choice is unsettled (0 or iat); every SDK
 	// accepts both, and iat is the stricter reading.
 	buf = append(buf, `,"nbf":`...)

@@ -66,8 +66,7 @@ type message struct {
 	cancelRequested bool
 	fc              *flowKey // the key whose list or slot m is on (stWaitingFC, holdsFC)
 
-	// u is url parsed on the first attempt; only the worker holding the
-	// message touches it, and the lock hand-off orders the workers.
+	// u is url parsed, shared (read-only) by messages to the same URL.
 	u *url.URL
 }
 
@@ -212,6 +211,9 @@ func (d *deque[T]) each(f func(T)) {
 
 // createLocked registers a new message and starts it on its way.
 func (s *Server) createLocked(m *message, now time.Time) {
+	if m.u == nil {
+		m.u = s.parseURLLocked(m.url)
+	}
 	s.messages[m.id] = m
 	s.pending++
 	s.recordLocked(m, StateCreated, now, "", time.Time{}, 0)
@@ -406,4 +408,21 @@ func (s *Server) updateFlowLocked(m *message, now time.Time) {
 	}
 	f.parallelism, f.rate, f.period = m.fcPar, m.fcRate, m.fcPeriod
 	s.drainFlowLocked(f, now) // raised limits apply at once
+}
+
+// parseURLLocked parses a destination once for all its messages: a relay
+// sends thousands of messages to a handful of URLs.
+func (s *Server) parseURLLocked(raw string) *url.URL {
+	if u, ok := s.urls[raw]; ok {
+		return u
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil
+	}
+	if len(s.urls) >= 1024 {
+		clear(s.urls) // a bound, not an LRU: misses only cost a parse
+	}
+	s.urls[raw] = u
+	return u
 }

@@ -39,9 +39,10 @@ type QStashSubscriberConfig struct {
 	// Leeway is the clock skew tolerated on the signature's exp, nbf and
 	// iat. Defaults to qstash.DefaultLeeway (5s).
 	Leeway time.Duration
-	// CloseTimeout is how long Close lets messages already handed out be
-	// acknowledged (and their deliveries answered 200); the ones still
-	// unacknowledged then are answered 5xx and QStash redelivers them.
+	// CloseTimeout is how long, after Close, a delivery whose message was
+	// already handed out still waits for its acknowledgement (Ack answers
+	// 200); after that it is answered 500 and QStash redelivers it. Close
+	// itself does not wait: the HTTP server's Shutdown waits for requests.
 	// Defaults to 5s; a negative value answers them at once.
 	CloseTimeout time.Duration
 	// Propagators extracts the trace context of each event's headers into

@@ -1,6 +1,7 @@
 package outboxwatermill_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,5 +275,109 @@ func TestNewQStashSubscriberValidates(t *testing.T) {
 		if _, err := outboxwatermill.NewQStashSubscriber(cfg); !errors.Is(err, core.ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want core.ErrInvalidConfig", name, err)
 		}
+	}
+}
+
+const endpointURL = "https://consumer.example/qstash"
+
+// signedDelivery builds the request QStash would send for e.
+func signedDelivery(t *testing.T, ctx context.Context, e core.Event) *http.Request {
+	t.Helper()
+	token, err := qstash.Signer{Key: qstashdev.DefaultCurrentSigningKey}.Sign(e.Payload, endpointURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, endpointURL, bytes.NewReader(e.Payload))
+	for k, v := range core.CloudEventHeaders(e) {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Upstash-Signature", token)
+	return req
+}
+
+func newDirectQStashSubscriber(t *testing.T, closeTimeout time.Duration) *outboxwatermill.QStashSubscriber {
+	t.Helper()
+	sub, err := outboxwatermill.NewQStashSubscriber(&outboxwatermill.QStashSubscriberConfig{
+		CurrentSigningKey: qstashdev.DefaultCurrentSigningKey,
+		NextSigningKey:    qstashdev.DefaultNextSigningKey,
+		URL:               endpointURL,
+		CloseTimeout:      closeTimeout,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub
+}
+
+// serve runs one request on its own goroutine and returns its recorder,
+// ready once done is closed.
+func serve(h http.Handler, req *http.Request) (*httptest.ResponseRecorder, <-chan struct{}) {
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(rec, req)
+	}()
+	return rec, done
+}
+
+func TestQStashSubscriberHonoursRequestContext(t *testing.T) {
+	t.Parallel()
+	sub := newDirectQStashSubscriber(t, 0)
+	ch, err := sub.Subscribe(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rec, done := serve(sub, signedDelivery(t, ctx, eventTo("", "t")))
+	msg := receive(t, ch, 5*time.Second)
+	cancel() // QStash gave up on the attempt (its timeout)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the delivery outlived its request")
+	}
+	if rec.Code != http.StatusInternalServerError {
+		t.Errorf("status %d, want 500", rec.Code)
+	}
+	if msg.Context().Err() == nil {
+		t.Error("message context live after its request ended")
+	}
+}
+
+func TestQStashSubscriberCloseLetsInFlightFinish(t *testing.T) {
+	t.Parallel()
+	sub := newDirectQStashSubscriber(t, 10*time.Second)
+	ch, err := sub.Subscribe(context.Background(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, done := serve(sub, signedDelivery(t, context.Background(), eventTo("", "t")))
+	msg := receive(t, ch, 5*time.Second)
+	closed := make(chan error, 1)
+	go func() { closed <- sub.Close() }()
+	// Close ends the subscription (its channel closes) but the delivery in
+	// flight waits for its ack.
+	select {
+	case _, open := <-ch:
+		if open {
+			t.Fatal("message after Close")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("channel not closed by Close")
+	}
+	msg.Ack()
+	<-done
+	if rec.Code != http.StatusOK {
+		t.Errorf("in-flight delivery acked during Close answered %d, want 200", rec.Code)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	rec, done = serve(sub, signedDelivery(t, context.Background(), eventTo("", "t")))
+	<-done
+	if rec.Code != http.StatusInternalServerError {
+		t.Errorf("delivery after Close answered %d, want 500 so QStash retries", rec.Code)
 	}
 }

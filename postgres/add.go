@@ -39,6 +39,9 @@ func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
 	if err := s.validateEvents(events); err != nil {
 		return err
 	}
+	if len(events) == 1 {
+		return s.addOne(ctx, tx, &events[0])
+	}
 
 	n := len(events)
 	var (
@@ -90,6 +93,34 @@ func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
 	}
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return wrap("add events", err)
+	}
+	return nil
+}
+
+// addOne writes a single validated event with the single-row statements.
+func (s *Store) addOne(ctx context.Context, tx DBTX, e *core.Event) error {
+	headers := json.RawMessage(emptyObjectJSON)
+	if len(e.Headers) > 0 {
+		h, err := json.Marshal(e.Headers)
+		if err != nil { // cannot happen for map[string]string
+			return fmt.Errorf("outboxkit/postgres: encode headers of event %s: %w", e.ID, err)
+		}
+		headers = h
+	}
+	sql := s.addOneSQL
+	if s.cfg.Ordering && e.AggregateID != "" {
+		sql = s.addOneOrderedSQL
+	}
+	args := []any{
+		pgtype.UUID{Bytes: e.ID, Valid: true}, e.Type, int32(max(e.SchemaVersion, 1)), e.Source,
+		e.AggregateType, e.AggregateID, pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0},
+		e.Payload, headers, e.Destination, optionalTime(e.CreatedAt), optionalTime(e.AvailableAt),
+	}
+	if !s.cfg.DisableNotify {
+		args = append(args, s.cfg.Channel)
+	}
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return wrap("add event", err)
 	}
 	return nil
 }

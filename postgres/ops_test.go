@@ -465,9 +465,13 @@ func TestQueryExecModes(t *testing.T) {
 			evs := events(t, 3, "mode")
 			evs[0].Headers = map[string]string{"k": "v"}
 			evs[1].AggregateID = "a"
+			evs[2].AggregateID = "b"
 			evs[2].CreatedAt = time.Now().Add(-time.Minute)
-			if err := addTx(ctx, s, pool, evs...); err != nil {
+			if err := addTx(ctx, s, pool, evs[:2]...); err != nil {
 				t.Fatalf("mode %v: Add: %v", mode, err)
+			}
+			if err := addTx(ctx, s, pool, evs[2]); err != nil { // the single-event statement
+				t.Fatalf("mode %v: Add one: %v", mode, err)
 			}
 			got := claimAll(t, s, func(e core.Event) core.Outcome {
 				if e.ID == evs[0].ID {
@@ -545,5 +549,48 @@ func TestDeduperConcurrentDeliveries(t *testing.T) {
 	}
 	if balance != 1 || n != 1 {
 		t.Fatalf("8 concurrent deliveries: balance %d, %d reported applied; want 1 and 1", balance, n)
+	}
+}
+
+// TestSingleEventAdds covers the single-row statements, ordered or not,
+// with and without NOTIFY: sequences continue across single and batch
+// writes.
+func TestSingleEventAdds(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ctx := ctxT(t)
+	for _, notify := range []bool{true, false} {
+		for _, ordered := range []bool{true, false} {
+			s := newStore(t, testDB{pool: db.pool, schema: migratedSchema(t, db.pool)}, postgres.Config{Ordering: ordered, DisableNotify: !notify})
+			var want []int64
+			var all []core.Event
+			for i := 0; i < 3; i++ {
+				e := mustEvent(t, "one", i)
+				e.AggregateType, e.AggregateID = "order", "7"
+				if err := addTx(ctx, s, db.pool, e); err != nil {
+					t.Fatalf("notify=%v ordered=%v: %v", notify, ordered, err)
+				}
+				all = append(all, e)
+				want = append(want, int64(i+1))
+			}
+			batch := events(t, 2, "two")
+			for i := range batch {
+				batch[i].AggregateType, batch[i].AggregateID = "order", "7"
+				want = append(want, int64(4+i))
+			}
+			if err := addTx(ctx, s, db.pool, batch...); err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, batch...)
+			for i, e := range all {
+				r, err := s.Get(ctx, e.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ordered && r.Sequence != want[i] || !ordered && r.Sequence != 0 {
+					t.Fatalf("notify=%v ordered=%v: event %d has sequence %d", notify, ordered, i, r.Sequence)
+				}
+			}
+		}
 	}
 }

@@ -31,7 +31,7 @@ type Store struct {
 	n    names
 
 	// SQL texts, built once from the validated names.
-	addSQL, addOrderedSQL, claimSQL, claimDestSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
+	addSQL, addOrderedSQL, addOneSQL, addOneOrderedSQL, claimSQL, claimDestSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
 	// With Config.DeletePublished, settling a published event deletes it.
 	deleteSQL, settleDeleteSQL string
 }
@@ -64,19 +64,21 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	}
 	notify := !c.DisableNotify
 	return &Store{
-		pool:            pool,
-		cfg:             c,
-		n:               n,
-		addSQL:          addSQL(n, notify),
-		addOrderedSQL:   addOrderedSQL(n, notify),
-		claimSQL:        claimSQL(n, c.Ordering, false),
-		claimDestSQL:    claimSQL(n, c.Ordering, true),
-		settleSQL:       settleSQL(n),
-		publishSQL:      publishSQL(n),
-		deleteSQL:       deleteSQL(n),
-		settleDeleteSQL: settleDeleteSQL(n),
-		pruneSQL:        pruneSQL(n),
-		statsSQL:        statsSQL(n),
+		pool:             pool,
+		cfg:              c,
+		n:                n,
+		addSQL:           addSQL(n, notify),
+		addOrderedSQL:    addOrderedSQL(n, notify),
+		addOneSQL:        addOneSQL(n, notify),
+		addOneOrderedSQL: addOneOrderedSQL(n, notify),
+		claimSQL:         claimSQL(n, c.Ordering, false),
+		claimDestSQL:     claimSQL(n, c.Ordering, true),
+		settleSQL:        settleSQL(n),
+		publishSQL:       publishSQL(n),
+		deleteSQL:        deleteSQL(n),
+		settleDeleteSQL:  settleDeleteSQL(n),
+		pruneSQL:         pruneSQL(n),
+		statsSQL:         statsSQL(n),
 	}, nil
 }
 

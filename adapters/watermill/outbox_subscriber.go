@@ -169,19 +169,13 @@ func NewOutboxSubscriber(store core.Store, cfg *OutboxSubscriberConfig) (*Outbox
 		c = *cfg
 	}
 	c = c.WithDefaults()
-	if c.Concurrency < 1 {
-		return nil, &core.ConfigError{Field: "Concurrency", Reason: "must be at least 1"}
-	}
-	// The relay validates the rest (and names the relay field; say which of
-	// ours it is).
+	// The relay validates the configuration; its PublishTimeout is our
+	// AckTimeout, so name the field the caller set.
 	rc := c.relayConfig("validate")
 	if _, err := core.NewRelay(store, core.PublisherFunc(func(context.Context, []core.Event) error { return nil }), &rc); err != nil {
 		var ce *core.ConfigError
-		if errors.As(err, &ce) {
-			switch ce.Field {
-			case "PublishTimeout":
-				return nil, &core.ConfigError{Field: "AckTimeout", Reason: ce.Reason}
-			}
+		if errors.As(err, &ce) && ce.Field == "PublishTimeout" {
+			return nil, &core.ConfigError{Field: "AckTimeout", Reason: ce.Reason}
 		}
 		return nil, err
 	}

@@ -107,6 +107,32 @@ func IsPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
+// notAttemptedError marks an event a publisher never handed to its
+// transport.
+type notAttemptedError struct{ err error }
+
+func (e *notAttemptedError) Error() string { return e.err.Error() }
+func (e *notAttemptedError) Unwrap() error { return e.err }
+
+// NotAttempted marks the error of an event the publisher gave back without
+// trying it (the rest of a batch after a consumer stopped taking events, say).
+// The relay releases such an event, restoring its attempt count, instead of
+// counting a failure: a slow consumer must not dead-letter events it never
+// saw. NotAttempted(nil) is nil.
+func NotAttempted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notAttemptedError{err: err}
+}
+
+// IsNotAttempted reports whether err, or any error it wraps, was marked with
+// NotAttempted.
+func IsNotAttempted(err error) bool {
+	var n *notAttemptedError
+	return errors.As(err, &n)
+}
+
 // retryAfterError carries a transport's hint about when to try again.
 type retryAfterError struct {
 	err   error

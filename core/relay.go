@@ -94,6 +94,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardCancel()
 	stopHard := context.AfterFunc(ctx, func() {
+		if r.cfg.ShutdownTimeout < 0 {
+			hardCancel()
+			return
+		}
 		t := r.cfg.Clock.NewTimer(r.cfg.ShutdownTimeout)
 		go func() {
 			defer t.Stop()
@@ -195,9 +199,10 @@ func (r *Relay) processBatch(ctx, hardCtx context.Context) (int, error) {
 	errs := EventErrors(len(batch.Events), pubErr)
 	outcomes := make([]Outcome, len(batch.Events))
 	for i, e := range batch.Events {
-		if errs[i] != nil && hardCtx.Err() != nil {
-			// Shutdown cut this publish short: the attempt says nothing about
-			// the event, so give it back untouched.
+		if errs[i] != nil && (hardCtx.Err() != nil || IsNotAttempted(errs[i])) {
+			// Shutdown cut this publish short, or the publisher never tried
+			// the event: the attempt says nothing about it, so give it back
+			// untouched.
 			outcomes[i] = Outcome{ID: e.ID, Kind: Released}
 			continue
 		}

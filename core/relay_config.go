@@ -27,7 +27,7 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// ShutdownTimeout is how long Run, once its context is done, lets
 	// in-flight publishes finish before cancelling them and releasing their
-	// events. Defaults to 10s.
+	// events. Defaults to 10s; a negative value cancels them at once.
 	ShutdownTimeout time.Duration
 	// Destination, when set, dedicates the relay to events with this
 	// Destination (see ClaimRequest.Destination). Defaults to all events.
@@ -96,8 +96,6 @@ func (c RelayConfig) validate() error {
 			"), or a lease could expire while its publish still runs and another relay would publish the same events: shorten PublishTimeout or lengthen LeaseDuration"}
 	case c.PollInterval <= 0:
 		return &ConfigError{Field: "PollInterval", Reason: "must be positive"}
-	case c.ShutdownTimeout < 0:
-		return &ConfigError{Field: "ShutdownTimeout", Reason: "must not be negative"}
 	}
 	return c.Retry.validate()
 }

@@ -321,3 +321,44 @@ func TestRelayRunTwiceIsRefused(t *testing.T) {
 		t.Fatal("second concurrent Run accepted")
 	}
 }
+
+func TestRelayReleasesEventsNotAttempted(t *testing.T) {
+	f := newRelayFixture(t, nil, nil, core.RelayConfig{Retry: core.RetryPolicy{MaxAttempts: 1}})
+	events := f.add(2)
+	f.pub.FailWith(func(e core.Event) error {
+		if e.ID == events[1].ID {
+			return core.NotAttempted(errors.New("consumer stopped taking events"))
+		}
+		return nil
+	})
+	if _, err := f.relay.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := f.store.Get(events[1].ID)
+	// With MaxAttempts 1 a counted failure would have dead-lettered it.
+	if !st.DeadAt.IsZero() || !st.PublishedAt.IsZero() || st.Event.Attempts != 0 {
+		t.Fatalf("event not attempted was not released untouched: %+v", st)
+	}
+}
+
+func TestRelayNegativeShutdownTimeoutCancelsAtOnce(t *testing.T) {
+	entered := make(chan struct{})
+	pub := core.PublisherFunc(func(ctx context.Context, events []core.Event) error {
+		close(entered)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	f := newRelayFixture(t, nil, pub, core.RelayConfig{Concurrency: 1, ShutdownTimeout: -1})
+	events := f.add(1)
+	f.run()
+	<-entered
+	f.stop()
+	// No clock movement: the publish must be cancelled without waiting.
+	if err := <-f.done; err != nil {
+		t.Fatal(err)
+	}
+	f.stop = nil
+	if st, _ := f.store.Get(events[0].ID); st.Event.Attempts != 0 || !st.LeaseUntil.IsZero() {
+		t.Fatalf("event not released: %+v", st)
+	}
+}

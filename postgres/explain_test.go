@@ -31,6 +31,11 @@ ANALYZE `+tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
+	conn, err := db.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
 	for _, ordered := range []bool{false, true} {
 		s := newStore(t, db, postgres.Config{Ordering: ordered})
 		token := pgtype.UUID{Bytes: core.NewID(), Valid: true}
@@ -47,38 +52,57 @@ ANALYZE `+tbl)
 			name, sql string
 			args      []any
 			wantIndex string
+			types     string // for PREPARE
 		}{
-			{"claim", s.ClaimSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_pending_idx"},
-			{"claim 1000", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_pending_idx"},
-			{"publish", s.PublishSQLForTest(), []any{token, noTime, ids}, "outbox_events_pkey"},
-			{"publish one", s.PublishSQLForTest(), []any{token, noTime, ids[:1]}, "outbox_events_pkey"},
-			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey"},
-			{"delete", s.DeleteSQLForTest(), []any{token, ids}, "outbox_events_pkey"},
-			{"settle delete", s.SettleDeleteSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], ids[batch/2:]}, "outbox_events_pkey"},
-			{"prune", s.PruneSQLForTest(), []any{time.Now(), 1000}, "outbox_events_published_idx"},
+			{"claim", s.ClaimSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_pending_idx", "timestamptz, bigint, uuid, interval"},
+			{"claim 1000", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_pending_idx", "timestamptz, bigint, uuid, interval"},
+			{"publish", s.PublishSQLForTest(), []any{token, noTime, ids}, "outbox_events_pkey", "uuid, timestamptz, uuid[]"},
+			{"publish one", s.PublishSQLForTest(), []any{token, noTime, ids[:1]}, "outbox_events_pkey", "uuid, timestamptz, uuid[]"},
+			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[]"},
+			{"delete", s.DeleteSQLForTest(), []any{token, ids}, "outbox_events_pkey", "uuid, uuid[]"},
+			{"settle delete", s.SettleDeleteSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], ids[batch/2:]}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[], uuid[]"},
+			{"prune", s.PruneSQLForTest(), []any{time.Now(), 1000}, "outbox_events_published_idx", "timestamptz, bigint"},
 		}
-		for _, c := range cases {
-			var plan []byte
-			if err := db.pool.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+c.sql, c.args...).Scan(&plan); err != nil {
-				t.Fatalf("%s: explain: %v", c.name, err)
-			}
-			var root []struct{ Plan planNode }
-			if err := json.Unmarshal(plan, &root); err != nil {
-				t.Fatal(err)
-			}
-			var scans []string
-			var found bool
-			root[0].Plan.walk(func(n planNode) {
-				if n.NodeType == "Seq Scan" && n.RelationName == "outbox_events" {
-					t.Errorf("ordered=%v %s: plan scans the whole table:\n%s", ordered, c.name, plan)
+		// Prepared statements switch to a generic plan (parameters unknown)
+		// after a few executions: check that plan too, through PREPARE and
+		// EXPLAIN EXECUTE with plan_cache_mode forced.
+		for _, generic := range []bool{false, true} {
+			for ci, c := range cases {
+				var plan []byte
+				if !generic {
+					err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+c.sql, c.args...).Scan(&plan)
+				} else {
+					name := fmt.Sprintf("explain_%d", ci)
+					nulls := strings.TrimSuffix(strings.Repeat("NULL, ", strings.Count(c.types, ",")+1), ", ")
+					_, err = conn.Exec(ctx, "SET plan_cache_mode = force_generic_plan; PREPARE "+name+"("+c.types+") AS "+c.sql)
+					if err == nil {
+						err = conn.QueryRow(ctx, "EXPLAIN (FORMAT JSON) EXECUTE "+name+"("+nulls+")").Scan(&plan)
+					}
+					if _, derr := conn.Exec(ctx, "DEALLOCATE "+name+"; RESET plan_cache_mode"); err == nil {
+						err = derr
+					}
 				}
-				if n.IndexName != "" {
-					scans = append(scans, n.NodeType+" on "+n.IndexName)
+				if err != nil {
+					t.Fatalf("%s (generic=%v): explain: %v", c.name, generic, err)
 				}
-				found = found || n.IndexName == c.wantIndex
-			})
-			if !found {
-				t.Errorf("ordered=%v %s: plan does not use %s (uses %s):\n%s", ordered, c.name, c.wantIndex, strings.Join(scans, ", "), plan)
+				var root []struct{ Plan planNode }
+				if err := json.Unmarshal(plan, &root); err != nil {
+					t.Fatal(err)
+				}
+				var scans []string
+				var found bool
+				root[0].Plan.walk(func(n planNode) {
+					if n.NodeType == "Seq Scan" && n.RelationName == "outbox_events" {
+						t.Errorf("ordered=%v generic=%v %s: plan scans the whole table:\n%s", ordered, generic, c.name, plan)
+					}
+					if n.IndexName != "" {
+						scans = append(scans, n.NodeType+" on "+n.IndexName)
+					}
+					found = found || n.IndexName == c.wantIndex
+				})
+				if !found {
+					t.Errorf("ordered=%v generic=%v %s: plan does not use %s (uses %s):\n%s", ordered, generic, c.name, c.wantIndex, strings.Join(scans, ", "), plan)
+				}
 			}
 		}
 	}

@@ -17,15 +17,16 @@ import (
 // and what jsonb cannot store) and writes nothing if any is invalid,
 // returning a *core.ValidationError.
 //
-// Add costs one round trip whatever the number of events: one INSERT ...
-// SELECT FROM unnest(...) statement, which with ordering on also bumps the
-// aggregates' sequence counters and, with NOTIFY on, sends the wake-up. The
+// Add costs one round trip whatever the number of events: one statement
+// (INSERT ... VALUES for a single event, INSERT ... SELECT FROM unnest(...)
+// for several), which with ordering on also bumps the aggregates' sequence
+// counters and, with NOTIFY on, sends the wake-up. The
 // wake-up has a constant payload, which PostgreSQL delivers once per
 // transaction however many Add calls the transaction makes; that matters
 // because NOTIFY takes a database-wide lock at commit.
 //
-// A zero CreatedAt or AvailableAt becomes the database's now() (the
-// transaction's start); a zero SchemaVersion becomes 1. With ordering on,
+// A zero CreatedAt becomes the database's now() (the transaction's start)
+// and a zero AvailableAt becomes CreatedAt; a zero SchemaVersion becomes 1. With ordering on,
 // Sequence is assigned for events with an AggregateID (any value given is
 // replaced). An event whose ID is already stored fails with an error
 // matching ErrDuplicateEvent, and like any statement error it aborts tx.

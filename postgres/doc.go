@@ -42,8 +42,8 @@
 //
 // Add validates every event before sending anything (an invalid batch leaves
 // the transaction usable and writes nothing) and then costs one round trip
-// whatever the batch size: a single INSERT ... SELECT FROM unnest(...) that
-// also sends the NOTIFY wake-up.
+// whatever the batch size: a single INSERT (VALUES for one event, SELECT FROM
+// unnest(...) for several) that also sends the NOTIFY wake-up.
 //
 // Services in other languages write plain SQL; only three columns are
 // required and the relay picks the row up like any other:

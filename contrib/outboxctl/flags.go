@@ -190,8 +190,14 @@ func formatDuration(d time.Duration) string {
 	switch {
 	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
-	case d >= time.Hour:
-		return d.Round(time.Second).String()
+	case d >= time.Minute:
+		// "2h0m0s" reads better as "2h", "1h30m0s" as "1h30m".
+		s := d.Round(time.Second).String()
+		s = strings.TrimSuffix(s, "0s")
+		if strings.HasSuffix(s, "h0m") {
+			s = strings.TrimSuffix(s, "0m")
+		}
+		return s
 	case d >= time.Second:
 		return d.Round(10 * time.Millisecond).String()
 	default:

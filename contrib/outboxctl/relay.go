@@ -86,8 +86,15 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	cfg.Hooks = []core.RelayHook{batchLogger{logger}}
 	// Check the settings before connecting anywhere: a typo in a flag
 	// should not wait for a database to answer.
+	if err := checkRelayFlags(&cfg); err != nil {
+		return err
+	}
 	if _, err := core.NewRelay(nopStore{}, core.PublisherFunc(nopPublish), &cfg); err != nil {
 		return relayConfigError(err)
+	}
+	connect, err := a.transport(&tf, logger)
+	if err != nil {
+		return err
 	}
 
 	pool, store, err := a.openStore(ctx, int32(cfg.Concurrency)+2, postgres.Config{
@@ -100,7 +107,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	if err := a.checkMigrated(ctx, pool); err != nil {
 		return err
 	}
-	pub, closePub, err := a.publisher(ctx, &tf, logger)
+	pub, closePub, err := connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -123,16 +130,33 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 
 	logger.Info("relay started",
 		"transport", strings.ToLower(tf.kind), "database", displayURL(a.g.databaseURL), "schema", a.g.schema, "table", a.g.table,
-		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration, "publish_timeout", rc.PublishTimeout,
-		"poll_interval", rc.PollInterval, "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering)
+		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration.String(), "publish_timeout", rc.PublishTimeout.String(),
+		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering)
 	stop := context.AfterFunc(ctx, func() {
-		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", rc.ShutdownTimeout)
+		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", rc.ShutdownTimeout.String())
 	})
 	defer stop()
 	if err := relay.Run(ctx); err != nil {
 		return err
 	}
 	logger.Info("relay stopped")
+	return nil
+}
+
+// checkRelayFlags refuses values the library would silently replace by its
+// default (zero means "default" in core.RelayConfig), since an operator
+// who typed --batch-size 0 did not mean 100.
+func checkRelayFlags(cfg *core.RelayConfig) error {
+	for name, v := range map[string]int{"batch-size": cfg.BatchSize, "concurrency": cfg.Concurrency, "max-attempts": cfg.Retry.MaxAttempts} {
+		if v < 1 {
+			return usageError(fmt.Sprintf("--%s is %d: it must be at least 1", name, v))
+		}
+	}
+	for name, v := range map[string]time.Duration{"lease": cfg.LeaseDuration, "poll-interval": cfg.PollInterval, "initial-backoff": cfg.Retry.InitialBackoff, "max-backoff": cfg.Retry.MaxBackoff} {
+		if v <= 0 {
+			return usageError(fmt.Sprintf("--%s must be positive", name))
+		}
+	}
 	return nil
 }
 
@@ -168,8 +192,10 @@ func relayConfigError(err error) error {
 // relay configuration before connecting.
 type nopStore struct{}
 
-func (nopStore) Claim(context.Context, core.ClaimRequest) (core.Batch, error) { return core.Batch{}, nil }
-func (nopStore) Settle(context.Context, core.SettleRequest) error            { return nil }
+func (nopStore) Claim(context.Context, core.ClaimRequest) (core.Batch, error) {
+	return core.Batch{}, nil
+}
+func (nopStore) Settle(context.Context, core.SettleRequest) error { return nil }
 
 func nopPublish(context.Context, []core.Event) error { return nil }
 
@@ -190,5 +216,5 @@ func (b batchLogger) AfterSettle(ctx context.Context, info core.SettleInfo) {
 	}
 	b.log.DebugContext(ctx, "batch settled", "events", len(info.Events),
 		"published", counts[core.Published], "retry", counts[core.Retry], "dead_lettered", counts[core.DeadLettered],
-		"released", counts[core.Released], "publish_duration", info.PublishDuration)
+		"released", counts[core.Released], "publish_duration", info.PublishDuration.String())
 }

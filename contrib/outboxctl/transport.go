@@ -59,44 +59,49 @@ func (t *transportFlags) register(fs *flagSet, getenv func(string) string) {
 	fs.StringVar(&t.amqpURL, "amqp-url", envOr(getenv, "AMQP_URL", defaultAMQPURL), "AMQP `URL` (env AMQP_URL)")
 }
 
-// publisher builds the configured transport's core.Publisher, after
-// checking that the service answers. close releases its connections; call
-// it once the relay has stopped.
-func (a *app) publisher(ctx context.Context, t *transportFlags, logger *slog.Logger) (pub core.Publisher, close func(), err error) {
+// connector makes the transport's core.Publisher, after checking that the
+// service answers. close releases its connections; call it once the relay
+// has stopped.
+type connector func(ctx context.Context) (pub core.Publisher, close func(), err error)
+
+// transport validates the transport flags without any I/O, so a mistake is
+// reported before outboxctl connects anywhere, and returns the connector.
+func (a *app) transport(t *transportFlags, logger *slog.Logger) (connector, error) {
 	var routes map[string]route
 	if t.routesFile != "" {
+		var err error
 		if routes, err = loadRoutes(t.routesFile); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	switch strings.ToLower(t.kind) {
 	case "qstash":
-		return a.qstashPublisher(ctx, t, routes)
+		return a.qstashPublisher(t, routes)
 	case "nats":
 		return a.natsPublisher(t, routes, logger)
 	case "amqp":
 		return a.amqpPublisher(t, routes, logger)
 	}
-	return nil, nil, usageError(fmt.Sprintf("--transport %q: use qstash, nats or amqp", t.kind))
+	return nil, usageError(fmt.Sprintf("--transport %q: use qstash, nats or amqp", t.kind))
 }
 
-func (a *app) qstashPublisher(ctx context.Context, t *transportFlags, routes map[string]route) (core.Publisher, func(), error) {
+func (a *app) qstashPublisher(t *transportFlags, routes map[string]route) (connector, error) {
 	a.addSecret(t.qstashToken)
 	a.addURLSecrets(t.qstashURL)
 	if t.qstashToken == "" {
-		return nil, nil, usageError("--transport qstash needs a token: set --qstash-token or QSTASH_TOKEN (the Upstash console shows it; outboxctl qstash-dev prints a local one)")
+		return nil, usageError("--transport qstash needs a token: set --qstash-token or QSTASH_TOKEN (the Upstash console shows it; outboxctl qstash-dev prints a local one)")
 	}
 	if t.destination == "" && routes == nil && !t.eventDestinations {
-		return nil, nil, usageError("say where events go: --destination URL, --routes FILE, or --event-destinations when every event carries its own destination")
+		return nil, usageError("say where events go: --destination URL, --routes FILE, or --event-destinations when every event carries its own destination")
 	}
 	if t.eventDestinations && (t.destination != "" || routes != nil) {
-		return nil, nil, usageError("--event-destinations means no --destination and no --routes: events carrying a destination use it anyway")
+		return nil, usageError("--event-destinations means no --destination and no --routes: events carrying a destination use it anyway")
 	}
 	cfg := &qstash.PublisherConfig{BaseURL: t.qstashURL, Token: t.qstashToken}
 	if t.destination != "" {
 		target, err := qstash.ParseTarget(t.destination)
 		if err != nil {
-			return nil, nil, usageError(fmt.Sprintf("--destination: %v", err))
+			return nil, usageError(fmt.Sprintf("--destination: %v", err))
 		}
 		cfg.Destination = target
 	}
@@ -110,31 +115,50 @@ func (a *app) qstashPublisher(ctx context.Context, t *transportFlags, routes map
 			case "urlGroup":
 				target.URLGroup = r.Destination
 			case "topic":
-				return nil, nil, usageError(fmt.Sprintf("--routes: %q routes to a topic, which QStash does not have: use url or urlGroup", typ))
+				return nil, usageError(fmt.Sprintf("--routes: %q routes to a topic, which QStash does not have: use url or urlGroup", typ))
 			default:
 				var err error
 				if target, err = qstash.ParseTarget(r.Destination); err != nil {
-					return nil, nil, usageError(fmt.Sprintf("--routes: %q: %v", typ, err))
+					return nil, usageError(fmt.Sprintf("--routes: %q: %v", typ, err))
 				}
 			}
 			target.Queue = r.Queue
 			cfg.Routes[typ] = target
 		}
 	}
-	pub, err := qstash.NewPublisher(cfg)
+	// NewPublisher validates everything else (URL, queue names) without
+	// I/O; the publisher itself is made again when connecting.
+	probe, err := qstash.NewPublisher(cfg)
 	if err != nil {
-		return nil, nil, usageError(strings.TrimPrefix(trimLibPrefix(err.Error()), "Routes"))
+		return nil, usageError(qstashFlagError(err))
 	}
-	if err := a.checkQStash(ctx, t); err != nil {
-		_ = pub.Close()
-		return nil, nil, err
+	_ = probe.Close()
+	return func(ctx context.Context) (core.Publisher, func(), error) {
+		if err := a.checkQStash(ctx, t); err != nil {
+			return nil, nil, err
+		}
+		pub, err := qstash.NewPublisher(cfg)
+		if err != nil {
+			return nil, nil, usageError(qstashFlagError(err))
+		}
+		return pub, func() { _ = pub.Close() }, nil
+	}, nil
+}
+
+// qstashFlagError names the flag behind a qstash.PublisherConfig error.
+func qstashFlagError(err error) string {
+	msg := trimLibPrefix(err.Error())
+	for field, flag := range map[string]string{"BaseURL: ": "--qstash-url: ", "Token: ": "--qstash-token: ", "Destination: ": "--destination: ", "Routes": "--routes "} {
+		if strings.HasPrefix(msg, field) {
+			return flag + strings.TrimPrefix(msg, field)
+		}
 	}
-	return pub, func() { _ = pub.Close() }, nil
+	return msg
 }
 
 // checkQStash asks QStash for its signing keys: the cheapest authenticated
 // request, so an unreachable server or a wrong token stops the relay at
-// start instead of dead-lettering nothing and retrying forever in the logs.
+// start instead of every publish failing and retrying in the logs.
 func (a *app) checkQStash(ctx context.Context, t *transportFlags) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
@@ -145,12 +169,12 @@ func (a *app) checkQStash(ctx context.Context, t *transportFlags) error {
 	}
 	req.Header.Set("Authorization", "Bearer "+t.qstashToken)
 	client := &http.Client{Timeout: preflightTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer client.CloseIdleConnections()
 	resp, err := client.Do(req)
 	if err != nil {
 		return fmt.Errorf("cannot reach QStash at %s: %s — is it running? set --qstash-url or QSTASH_URL", displayURL(base), netCause(err))
 	}
-	defer resp.Body.Close()
-	client.CloseIdleConnections()
+	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("QStash at %s refused the token (%s): set --qstash-token or QSTASH_TOKEN to the token of the Upstash console", displayURL(base), resp.Status)
@@ -163,6 +187,9 @@ func (a *app) checkQStash(ctx context.Context, t *transportFlags) error {
 // topicFunc picks a Watermill topic: the event's destination column, its
 // route, --destination, else its type (outboxwatermill.DefaultTopic).
 func topicFunc(t *transportFlags, routes map[string]route) (func(core.Event) string, error) {
+	if t.eventDestinations {
+		return nil, usageError("--event-destinations is for --transport qstash: Watermill transports fall back to the event type as topic")
+	}
 	topics := make(map[string]string, len(routes))
 	for typ, r := range routes {
 		if r.Queue != "" || r.Kind == "url" || r.Kind == "urlGroup" {
@@ -184,60 +211,64 @@ func topicFunc(t *transportFlags, routes map[string]route) (func(core.Event) str
 	}, nil
 }
 
-func (a *app) natsPublisher(t *transportFlags, routes map[string]route, logger *slog.Logger) (core.Publisher, func(), error) {
+func (a *app) natsPublisher(t *transportFlags, routes map[string]route, logger *slog.Logger) (connector, error) {
 	a.addURLSecrets(t.natsURL)
 	topic, err := topicFunc(t, routes)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	nc, err := nats.Connect(t.natsURL, nats.Name("outboxctl relay"), nats.Timeout(preflightTimeout),
-		// A relay outlives broker restarts: keep reconnecting; publishes
-		// fail meanwhile and the relay retries them.
-		nats.MaxReconnects(-1))
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s — is it running? set --nats-url or NATS_URL", displayURL(t.natsURL), netCause(err))
-	}
-	js, err := nc.JetStream()
-	if err == nil {
-		_, err = js.AccountInfo()
-	}
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("NATS at %s has no JetStream (%v): start nats-server with -js", displayURL(t.natsURL), err)
-	}
-	wp, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
-		Marshaler:         &wmnats.NATSMarshaler{},
-		SubjectCalculator: wmnats.DefaultSubjectCalculator,
-		JetStream: wmnats.JetStreamConfig{
-			AutoProvision: t.natsAutoProvision,
-			// Nats-Msg-Id = event ID: JetStream drops a republished event
-			// within its duplicate window.
-			TrackMsgId: true,
-		},
-	}, watermill.NewSlogLogger(logger))
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("NATS JetStream at %s: %v", displayURL(t.natsURL), err)
-	}
-	return watermillPublisher(wp, topic)
+	return func(ctx context.Context) (core.Publisher, func(), error) {
+		nc, err := nats.Connect(t.natsURL, nats.Name("outboxctl relay"), nats.Timeout(preflightTimeout),
+			// A relay outlives broker restarts: keep reconnecting; publishes
+			// fail meanwhile and the relay retries them.
+			nats.MaxReconnects(-1))
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s — is it running? set --nats-url or NATS_URL", displayURL(t.natsURL), netCause(err))
+		}
+		js, err := nc.JetStream()
+		if err == nil {
+			_, err = js.AccountInfo(nats.Context(ctx))
+		}
+		if err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("NATS at %s has no usable JetStream (%v): start nats-server with -js", displayURL(t.natsURL), err)
+		}
+		wp, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
+			Marshaler:         &wmnats.NATSMarshaler{},
+			SubjectCalculator: wmnats.DefaultSubjectCalculator,
+			JetStream: wmnats.JetStreamConfig{
+				AutoProvision: t.natsAutoProvision,
+				// Nats-Msg-Id = event ID: JetStream drops a republished
+				// event within its duplicate window.
+				TrackMsgId: true,
+			},
+		}, watermill.NewSlogLogger(logger))
+		if err != nil {
+			nc.Close()
+			return nil, nil, fmt.Errorf("NATS JetStream at %s: %v", displayURL(t.natsURL), err)
+		}
+		return watermillPublisher(wp, topic)
+	}, nil
 }
 
-func (a *app) amqpPublisher(t *transportFlags, routes map[string]route, logger *slog.Logger) (core.Publisher, func(), error) {
+func (a *app) amqpPublisher(t *transportFlags, routes map[string]route, logger *slog.Logger) (connector, error) {
 	a.addURLSecrets(t.amqpURL)
 	topic, err := topicFunc(t, routes)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	// Each topic is a durable fanout exchange of that name, declared on
-	// first use; consumers bind their queues to it. Publisher confirms make
-	// a publish count only once the broker has the message.
-	cfg := wmamqp.NewDurablePubSubConfig(t.amqpURL, nil)
-	cfg.Publish.ConfirmDelivery = true
-	wp, err := wmamqp.NewPublisher(cfg, watermill.NewSlogLogger(logger))
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot reach AMQP at %s: %s — is it running? set --amqp-url or AMQP_URL", displayURL(t.amqpURL), netCause(err))
-	}
-	return watermillPublisher(wp, topic)
+	return func(ctx context.Context) (core.Publisher, func(), error) {
+		// Each topic is a durable fanout exchange of that name, declared on
+		// first use; consumers bind their queues to it. Publisher confirms
+		// make a publish count only once the broker has the message.
+		cfg := wmamqp.NewDurablePubSubConfig(t.amqpURL, nil)
+		cfg.Publish.ConfirmDelivery = true
+		wp, err := wmamqp.NewPublisher(cfg, watermill.NewSlogLogger(logger))
+		if err != nil {
+			return nil, nil, fmt.Errorf("cannot reach AMQP at %s: %s — is it running? set --amqp-url or AMQP_URL", displayURL(t.amqpURL), netCause(err))
+		}
+		return watermillPublisher(wp, topic)
+	}, nil
 }
 
 func watermillPublisher(wp message.Publisher, topic func(core.Event) string) (core.Publisher, func(), error) {

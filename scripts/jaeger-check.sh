@@ -84,7 +84,7 @@ if query_ready && otlp_ready; then
 	log "using the Jaeger already running at $query"
 else
 	bin=$(find_jaeger)
-	log "starting $bin ($("$bin" version 2>/dev/null | jq -r '.gitVersion // empty' 2>/dev/null || true))"
+	log "starting $bin"
 	"$bin" >"$work/jaeger.log" 2>&1 &
 	jaeger_pid=$!
 	deadline=$((SECONDS + timeout))
@@ -117,7 +117,7 @@ check_trace() {
 		| . as $tr
 		| ($tr.processes | map_values(.serviceName)) as $svc
 		| [$tr.spans[] | {
-			id: .spanID, op: .operationName, svc: $svc[.processID],
+			id: .spanID, op: .operationName, svc: $svc[.processID], start: .startTime,
 			kind: ([.tags[]? | select(.key == "span.kind") | .value][0] // "internal"),
 			parent: ([.references[]? | select(.refType == "CHILD_OF") | .spanID][0] // ""),
 			links: [.references[]? | select(.refType == "FOLLOWS_FROM") | .spanID]
@@ -128,11 +128,12 @@ check_trace() {
 		| one(.svc == "shipping" and .kind == "consumer" and (.op | startswith("process")) and .parent == $pub.id) as $proc
 		| one(.svc == "shipping" and .op == "ship order" and .parent == $proc.id) as $ship
 		| ($spans | map({key: .id, value: .}) | from_entries) as $byID
-		| def depth(s): if s.parent == "" or $byID[s.parent] == null then 0 else 1 + depth($byID[s.parent]) end;
-		  ($spans | sort_by(depth(.)) | .[] | "  " + ("  " * depth(.)) + .op + "  [" + .svc + ", " + .kind + "]"
-			+ (if (.links | length) > 0 then "  links: " + (.links | join(",")) else "" end)),
-		  (if ([$req, $pub, $proc, $ship] | all(.id != "missing")) and ($pub.links | index($req.id)) != null
-		   then "ok" else "incomplete" end)
+		| ($spans | group_by(.parent) | map({key: .[0].parent, value: .}) | from_entries) as $kids
+		| def show(s; d): "  " + ("  " * d) + s.op + "  [" + s.svc + ", " + s.kind + "]"
+			+ (if (s.links | length) > 0 then "  links: " + (s.links | join(",")) else "" end),
+			(($kids[s.id] // []) | sort_by(.start) | .[] | show(.; d + 1));
+		  ($spans | map(select(.parent == "" or $byID[.parent] == null)) | sort_by(.start) | .[] | show(.; 0)),
+		  (if [$req, $pub, $proc, $ship] | all(.id != "missing") then "ok" else "incomplete" end)
 	'
 }
 

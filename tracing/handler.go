@@ -40,16 +40,16 @@ func HandlerMiddleware(opts ...Option) core.HandlerMiddleware {
 			ambient := ambientSpan.SpanContext()
 			parent := c.prop.Extract(ctx, HeaderCarrier(e.Headers))
 			created := trace.SpanContextFromContext(parent)
-			ls := links(created, ambient)
-			if len(ls) > 0 && ambient.IsValid() {
-				if ambient.TraceID() == created.TraceID() {
-					// The ambient span already continues the event's trace
-					// (a server span that read the forwarded traceparent):
-					// nest under it, keeping the event's baggage.
-					parent = trace.ContextWithSpan(parent, ambientSpan)
-				} else {
-					ls = append(ls, trace.Link{SpanContext: ambient})
-				}
+			// An ambient span that already continues the event's trace (a
+			// server span that read the forwarded traceparent) is the
+			// better parent: nest under it, keeping the event's baggage.
+			nest := ambient.IsValid() && created.IsValid() && !created.Equal(ambient) && ambient.TraceID() == created.TraceID()
+			ls := creationLink(created, ambient, !nest)
+			switch {
+			case nest:
+				parent = trace.ContextWithSpan(parent, ambientSpan)
+			case len(ls) > 0 && ambient.IsValid():
+				ls = append(ls, trace.Link{SpanContext: ambient})
 			}
 			dest := c.destination(e)
 			ctx, span := t.Start(parent, spanName("process", dest),

@@ -45,6 +45,12 @@ func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
 	if !hasLink(span, producer.SpanContext()) || !hasLink(span, server.SpanContext()) {
 		t.Errorf("consumer span should link to the producer and the ambient server span; links: %v", span.Links())
 	}
+	if got := refType(span, producer.SpanContext()); got != "child_of" {
+		t.Errorf("link to the parent has opentracing.ref_type %q, want child_of", got)
+	}
+	if got := refType(span, server.SpanContext()); got != "" {
+		t.Errorf("link to the unrelated server span has opentracing.ref_type %q, want none", got)
+	}
 	if inHandler.SpanID() != span.SpanContext().SpanID() {
 		t.Errorf("handler runs under span %s, want the consumer span", inHandler.SpanID())
 	}
@@ -83,6 +89,9 @@ func TestHandlerMiddlewareNestsUnderAServerSpanOfTheSameTrace(t *testing.T) {
 	}
 	if !hasLink(span, producer.SpanContext()) || len(span.Links()) != 1 {
 		t.Errorf("consumer span should link to the producer only; links: %v", span.Links())
+	}
+	if got := refType(span, producer.SpanContext()); got != "" {
+		t.Errorf("link to the producer, not the parent here, has opentracing.ref_type %q", got)
 	}
 }
 

@@ -87,12 +87,30 @@ func wantAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue
 }
 
 func hasLink(s sdktrace.ReadOnlySpan, sc trace.SpanContext) bool {
+	_, ok := link(s, sc)
+	return ok
+}
+
+// link returns the link of s to sc.
+func link(s sdktrace.ReadOnlySpan, sc trace.SpanContext) (sdktrace.Link, bool) {
 	for _, l := range s.Links() {
 		if l.SpanContext.TraceID() == sc.TraceID() && l.SpanContext.SpanID() == sc.SpanID() {
-			return true
+			return l, true
 		}
 	}
-	return false
+	return sdktrace.Link{}, false
+}
+
+// refType returns the opentracing.ref_type attribute of the link of s to sc
+// ("" when absent).
+func refType(s sdktrace.ReadOnlySpan, sc trace.SpanContext) string {
+	l, _ := link(s, sc)
+	for _, kv := range l.Attributes {
+		if kv.Key == "opentracing.ref_type" {
+			return kv.Value.AsString()
+		}
+	}
+	return ""
 }
 
 func mustEvent(t *testing.T, typ string) core.Event {

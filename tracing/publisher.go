@@ -18,6 +18,8 @@ import (
 // semantic conventions allow either; parenting keeps the request, the relay
 // and the consumer in one trace, which is what an operator wants to see, and
 // the link keeps the creation context explicit for tools that follow links.
+// The link carries opentracing.ref_type=child_of, since it points at the
+// span's parent: Jaeger would otherwise show the parent as FOLLOWS_FROM.
 // An event written without trace context gets a span under ctx's span, or a
 // new trace.
 //
@@ -71,7 +73,7 @@ func (p *publisher) Publish(ctx context.Context, events []core.Event) (err error
 		}
 		spanCtx, span := p.tracer.Start(parent, spanName("publish", dest),
 			trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithLinks(links(trace.SpanContextFromContext(parent), ambient)...),
+			trace.WithLinks(creationLink(trace.SpanContextFromContext(parent), ambient, true)...),
 			trace.WithAttributes(attrs...),
 		)
 		spans[i] = span

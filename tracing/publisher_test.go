@@ -54,6 +54,11 @@ func TestPublisherMiddlewareSingleEvent(t *testing.T) {
 	if !hasLink(span, req.SpanContext()) {
 		t.Errorf("producer span does not link to the creation context; links: %v", span.Links())
 	}
+	// Jaeger keeps the parent reference CHILD_OF only when the link to the
+	// parent says so.
+	if got := refType(span, req.SpanContext()); got != "child_of" {
+		t.Errorf("link to the parent has opentracing.ref_type %q, want child_of", got)
+	}
 	wantAttrs(t, span,
 		attribute.String("messaging.system", "qstash"),
 		attribute.String("messaging.operation.type", "send"),

@@ -50,13 +50,23 @@ func spanName(op, dest string) string {
 	return op + " " + dest
 }
 
-// links returns a link to the creation context carried by the event, unless
-// it is the span the new one already runs under for another reason.
-func links(created, except trace.SpanContext) []trace.Link {
-	if !created.IsValid() || created.Equal(except) {
+// creationLink returns a link to the creation context carried by the event,
+// unless it is the span the new one runs under anyway because ctx already
+// held it (an event without trace context).
+//
+// When the linked span is also the new span's parent, the link says so with
+// opentracing.ref_type=child_of. Jaeger's OTLP translator folds a link to
+// the parent into the parent reference and, without that attribute, turns
+// the reference into FOLLOWS_FROM, which loses the nesting in its API and UI.
+func creationLink(created, ambient trace.SpanContext, isParent bool) []trace.Link {
+	if !created.IsValid() || created.Equal(ambient) {
 		return nil
 	}
-	return []trace.Link{{SpanContext: created}}
+	l := trace.Link{SpanContext: created}
+	if isParent {
+		l.Attributes = []attribute.KeyValue{semconv.OpenTracingRefTypeChildOf}
+	}
+	return []trace.Link{l}
 }
 
 // fail marks span as failed with err.

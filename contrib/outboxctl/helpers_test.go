@@ -269,7 +269,8 @@ func (o outbox) add(t *testing.T, events ...core.Event) {
 	}
 }
 
-// settle claims every due event and settles each as kind says (by ID).
+// settle claims every due event and settles each as kind says; retries
+// are due again in an hour.
 func (o outbox) settle(t *testing.T, kind func(core.Event) core.OutcomeKind, lastError string) {
 	t.Helper()
 	b, err := o.store.Claim(ctxT(t), core.ClaimRequest{Limit: 1000, LeaseFor: time.Minute})
@@ -281,6 +282,9 @@ func (o outbox) settle(t *testing.T, kind func(core.Event) core.OutcomeKind, las
 		outs[i] = core.Outcome{ID: e.ID, Kind: kind(e)}
 		if outs[i].Kind != core.Published {
 			outs[i].Error = lastError
+		}
+		if outs[i].Kind == core.Retry {
+			outs[i].Delay = time.Hour // not due again during the test
 		}
 	}
 	if err := o.store.Settle(ctxT(t), core.SettleRequest{Lease: b.Lease, Outcomes: outs}); err != nil {

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+func TestPrune(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	var oldPublished []core.Event
+	for range 25 {
+		oldPublished = append(oldPublished, event(t, "old", "", ""))
+	}
+	recent, dead := event(t, "recent", "", ""), event(t, "dead", "", "")
+	o.add(t, append(oldPublished, recent, dead)...)
+	o.settle(t, func(e core.Event) core.OutcomeKind {
+		if e.ID == dead.ID {
+			return core.DeadLettered
+		}
+		return core.Published
+	}, "boom")
+	o.exec(t, "UPDATE "+o.table()+" SET published_at = now() - interval '3 days' WHERE event_type = 'old'")
+	o.exec(t, "UPDATE "+o.table()+" SET dead_at = now() - interval '30 days' WHERE event_type = 'dead'")
+	pending := o.insertSQL(t, 1, "pending")
+	o.exec(t, "UPDATE "+o.table()+" SET created_at = now() - interval '30 days' WHERE id = $1", pending[0].String())
+
+	// --dry-run counts and deletes nothing.
+	r := cli(t, env(), o.args("prune", "--older-than", "2d", "--dry-run")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "would prune 25 event(s)") || o.count(t, "true") != 28 {
+		t.Fatalf("prune --dry-run: %q, %d rows", r.stdout, o.count(t, "true"))
+	}
+
+	// In small batches, with plain progress lines (stdout is not a
+	// terminal) and a summary.
+	r = cli(t, env(), o.args("prune", "--older-than", "2d", "--batch-size", "10")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "pruned 25 event(s) published before") || strings.Contains(r.stdout, "\r") {
+		t.Errorf("prune output: %q", r.stdout)
+	}
+	if n := o.count(t, "event_type = 'old'"); n != 0 {
+		t.Errorf("%d old published events left", n)
+	}
+	// Recent published, dead-lettered (however old) and pending events stay.
+	for _, id := range []string{recent.ID.String(), dead.ID.String(), pending[0].String()} {
+		if o.count(t, "id = $1", id) != 1 {
+			t.Errorf("prune deleted %s", id)
+		}
+	}
+	r = cli(t, env(), o.args("prune", "--older-than", "2d")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "pruned 0 ") {
+		t.Errorf("second prune: %q", r.stdout)
+	}
+}
+
+func TestPruneProcessed(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	d, err := postgres.NewDeduper(o.pool, &postgres.DeduperConfig{Schema: o.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old, fresh []core.ID
+	for i := range 12 {
+		id := core.NewID()
+		if _, err := d.Once(ctxT(t), core.DedupeKey{Consumer: "billing", EventID: id}, func(context.Context) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if i < 8 {
+			old = append(old, id)
+		} else {
+			fresh = append(fresh, id)
+		}
+	}
+	processed := `"` + o.schema + `".outbox_events_processed`
+	for _, id := range old {
+		o.exec(t, "UPDATE "+processed+" SET processed_at = now() - interval '40 days' WHERE event_id = $1", id.String())
+	}
+
+	// Shorter than the outbox retention: allowed, with a warning.
+	r := cli(t, env(), o.args("prune", "--older-than", "30d", "--processed", "--processed-older-than", "7d")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "pruned 8 processed-event record(s)") || !strings.Contains(r.stderr, "warning") {
+		t.Errorf("prune --processed: stdout %q stderr %q", r.stdout, r.stderr)
+	}
+	var left int
+	if err := o.pool.QueryRow(ctxT(t), "SELECT count(*) FROM "+processed).Scan(&left); err != nil || left != len(fresh) {
+		t.Errorf("%d processed records left (%v), want %d", left, err, len(fresh))
+	}
+
+	r = cli(t, env(), o.args("prune", "--older-than", "30d", "--processed-older-than", "7d")...)
+	wantOneLineError(t, r, exitError, "--processed")
+}

@@ -121,9 +121,11 @@
 //     table and its primary key stay small; the pending index never holds
 //     published rows, so claims do not slow down with history either way.
 //   - The table is created with fillfactor 80 so the lease update stays on
-//     its page (and, touching no indexed column, adds no index entries).
-//     Autovacuum should visit the table often; on busy outboxes lower its
-//     autovacuum_vacuum_scale_factor (ALTER TABLE ... SET (...)).
+//     its page (and, touching no indexed column, adds no index entries), and
+//     with autovacuum_vacuum_scale_factor 0.02: settled rows leave dead
+//     entries at the head of the pending index that claims step over until
+//     VACUUM removes them. Very busy outboxes may want autovacuum_naptime
+//     lowered too (a server setting).
 //   - DisableNotify for very high commit rates, or where LISTEN is
 //     unavailable.
 //   - MaxPayloadBytes (1 MiB by default, QStash's smallest plan limit) refuses

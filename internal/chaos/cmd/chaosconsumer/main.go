@@ -1,0 +1,193 @@
+// Command chaosconsumer is the consumer process of the chaos suite
+// (internal/chaos): a qstash.Receiver whose handler applies each
+// "order.placed" event through the PostgreSQL Deduper, by counting it in the
+// effects table of -schema:
+//
+//	effects(event_id uuid PRIMARY KEY, applied int)   -- +1 per application
+//	dups(event_id uuid PRIMARY KEY, n int)            -- +1 per suppressed duplicate
+//
+// An effect counted twice is a broken exactly-once promise; the suite checks
+// that none is. Events of type "chaos.panic" make the handler panic; any
+// other type has no handler (a permanent error: QStash dead-letters it).
+//
+// It serves on the listening socket inherited as file descriptor 3, so the
+// suite can restart it on the same address while deliveries wait in the
+// socket's backlog. Its crash modes, chosen per event ID so that a
+// redelivery (a duplicate) never crashes again:
+//
+//	-crash-every n   SIGKILL itself after the effect committed and before
+//	                 answering, for about one applied event in n
+//	-hijack-every n  close the connection after the effect committed
+//	                 instead of answering, for about one applied event in n
+//
+// It prints "crash-after-commit" or "hijack" on stdout before each. SIGTERM
+// stops it gracefully.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/qstash"
+)
+
+type options struct {
+	databaseURL, schema, appName string
+	url, consumer                string
+	currentKey, nextKey          string
+	poolSize                     int
+	crashEvery, hijackEvery      uint64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (required)")
+	flag.StringVar(&o.schema, "schema", "", "schema of the processed, effects and dups tables (required)")
+	flag.StringVar(&o.appName, "app-name", "chaosconsumer", "application_name of every database connection")
+	flag.StringVar(&o.url, "url", "", "this endpoint's URL as QStash signs it (required)")
+	flag.StringVar(&o.consumer, "consumer", "chaos", "consumer name in the Deduper")
+	flag.StringVar(&o.currentKey, "current-key", "", "QStash current signing key (required)")
+	flag.StringVar(&o.nextKey, "next-key", "", "QStash next signing key (required)")
+	flag.IntVar(&o.poolSize, "pool-size", 6, "database pool size")
+	flag.Uint64Var(&o.crashEvery, "crash-every", 0, "SIGKILL after commit for about 1 applied event in n (0: never)")
+	flag.Uint64Var(&o.hijackEvery, "hijack-every", 0, "drop the connection after commit for about 1 applied event in n (0: never)")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosconsumer:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.databaseURL == "" || o.schema == "" || o.url == "" || o.currentKey == "" || o.nextKey == "" {
+		return errors.New("-database-url, -schema, -url, -current-key and -next-key are required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+
+	ln, err := net.FileListener(os.NewFile(3, "listener"))
+	if err != nil {
+		return fmt.Errorf("inherited listener (fd 3): %w", err)
+	}
+	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = int32(o.poolSize)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = o.appName
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	dedup, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: o.schema})
+	if err != nil {
+		return err
+	}
+	effects := pgx.Identifier{o.schema, "effects"}.Sanitize()
+	dups := pgx.Identifier{o.schema, "dups"}.Sanitize()
+
+	mux := core.NewMux()
+	mux.Register("order.placed", postgres.Effect(func(ctx context.Context, tx pgx.Tx, e core.Event) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+effects+` AS f (event_id, applied) VALUES ($1, 1)
+			ON CONFLICT (event_id) DO UPDATE SET applied = f.applied + 1`, e.ID.String())
+		return err
+	}))
+	mux.RegisterFunc("chaos.panic", func(context.Context, core.Event) error {
+		panic("chaos: this handler always panics")
+	})
+
+	onDecision := func(ctx context.Context, d qstash.Decision) {
+		switch d.Outcome {
+		case qstash.OutcomeDuplicate:
+			// Counted outside the effect's transaction, for the report only:
+			// a crash here undercounts redeliveries, never effects.
+			_, _ = pool.Exec(context.WithoutCancel(ctx), `INSERT INTO `+dups+` AS d (event_id, n) VALUES ($1, 1)
+				ON CONFLICT (event_id) DO UPDATE SET n = d.n + 1`, d.Event.ID.String())
+		case qstash.OutcomeApplied:
+			// The effect has committed and nothing has been answered yet.
+			sel := binary.BigEndian.Uint64(d.Event.ID[8:])
+			if o.crashEvery > 0 && sel%o.crashEvery == 0 {
+				fmt.Fprintln(os.Stdout, "crash-after-commit")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {}
+			}
+			if o.hijackEvery > 0 && sel%o.hijackEvery == 1 {
+				if f, ok := ctx.Value(hijackKey{}).(*bool); ok {
+					*f = true
+				}
+			}
+		}
+	}
+	rc, err := qstash.NewReceiver(&qstash.ReceiverConfig{
+		CurrentSigningKey: o.currentKey, NextSigningKey: o.nextKey, URL: o.url,
+		Handler: mux, Deduper: dedup, Consumer: o.consumer, OnDecision: onDecision, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hijack := new(bool)
+		r = r.WithContext(context.WithValue(r.Context(), hijackKey{}, hijack))
+		rc.ServeHTTP(&hijackingWriter{ResponseWriter: w, hijack: hijack}, r)
+	})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+type hijackKey struct{}
+
+// hijackingWriter closes the connection instead of answering when the
+// decision hook asked for it: the effect committed, and QStash sees a
+// failed attempt.
+type hijackingWriter struct {
+	http.ResponseWriter
+	hijack *bool
+	gone   bool
+}
+
+func (w *hijackingWriter) WriteHeader(code int) {
+	if *w.hijack && !w.gone {
+		if conn, _, err := http.NewResponseController(w.ResponseWriter).Hijack(); err == nil {
+			fmt.Fprintln(os.Stdout, "hijack")
+			_ = conn.Close()
+			w.gone = true
+			return
+		}
+	}
+	if !w.gone {
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *hijackingWriter) Write(b []byte) (int, error) {
+	if w.gone {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
+}

@@ -1,0 +1,190 @@
+// Command chaosrelay is one relay process of the chaos suite
+// (internal/chaos): the PostgreSQL store, a core.Relay and the QStash
+// publisher, configured from flags. The suite starts several, kills them with
+// SIGKILL, terminates their database connections and restarts them.
+//
+// Its connections carry -app-name as application_name (the LISTEN connection
+// too: it copies the pool's settings), so the suite can find and terminate
+// them. It reports what it observed on stdout, one line each, for the suite
+// to count:
+//
+//	crash-after-publish      before it SIGKILLs itself (-crash-after)
+//	settle-failed n=N        a batch of N events could not be settled
+//	lease-lost n=N           another relay had taken over N events
+//
+// SIGTERM or SIGINT stops it gracefully (exit 0).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/qstash"
+)
+
+type options struct {
+	databaseURL, schema, appName string
+	qstashURL, token, dest       string
+	poisonType                   string
+	batch, concurrency           int
+	poolSize                     int
+	lease, publishTimeout, poll  time.Duration
+	maxAttempts                  int
+	backoff, maxBackoff          time.Duration
+	qstashRetries                int
+	ordering                     bool
+	crashAfter                   int
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (required)")
+	flag.StringVar(&o.schema, "schema", "", "outbox schema (required)")
+	flag.StringVar(&o.appName, "app-name", "chaosrelay", "application_name of every database connection")
+	flag.StringVar(&o.qstashURL, "qstash-url", "", "QStash API base URL (required)")
+	flag.StringVar(&o.token, "qstash-token", "", "QStash token (required)")
+	flag.StringVar(&o.dest, "dest", "", "consumer endpoint URL (required)")
+	flag.StringVar(&o.poisonType, "poison-type", "", "events of this type fail to publish, transiently, forever")
+	flag.IntVar(&o.batch, "batch", 20, "relay batch size")
+	flag.IntVar(&o.concurrency, "concurrency", 1, "batches in flight")
+	flag.IntVar(&o.poolSize, "pool-size", 3, "database pool size")
+	flag.DurationVar(&o.lease, "lease", 5*time.Second, "lease duration")
+	flag.DurationVar(&o.publishTimeout, "publish-timeout", 2*time.Second, "publish timeout")
+	flag.DurationVar(&o.poll, "poll", 250*time.Millisecond, "poll interval")
+	flag.IntVar(&o.maxAttempts, "max-attempts", 100, "attempts before an event is dead-lettered")
+	flag.DurationVar(&o.backoff, "backoff", 50*time.Millisecond, "first retry delay")
+	flag.DurationVar(&o.maxBackoff, "max-backoff", time.Second, "longest retry delay")
+	flag.IntVar(&o.qstashRetries, "qstash-retries", 40, "QStash delivery retries (Upstash-Retries)")
+	flag.BoolVar(&o.ordering, "ordering", false, "per-aggregate ordering")
+	flag.IntVar(&o.crashAfter, "crash-after", 0, "SIGKILL itself right after the n-th accepted publish, before settling it (0: never)")
+	flag.Parse()
+	if err := run(o); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosrelay:", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	if o.databaseURL == "" || o.schema == "" || o.qstashURL == "" || o.token == "" || o.dest == "" {
+		return errors.New("-database-url, -schema, -qstash-url, -qstash-token and -dest are required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
+	if err != nil {
+		return err
+	}
+	pcfg.MaxConns = int32(o.poolSize)
+	pcfg.ConnConfig.RuntimeParams["application_name"] = o.appName
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // lazy: connects on first use
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	store, err := postgres.New(pool, &postgres.Config{
+		Schema: o.schema, Ordering: o.ordering, ListenBackoffMax: 500 * time.Millisecond, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	retries := o.qstashRetries
+	pcfgQ := &qstash.PublisherConfig{
+		BaseURL: o.qstashURL, Token: o.token, Retries: &retries, MaxBatchSize: o.batch,
+	}
+	dest := qstash.Target{URL: o.dest}
+	if o.poisonType != "" {
+		// A publish that fails for one kind of event and never recovers,
+		// transiently (so the relay retries it until MaxAttempts), while the
+		// rest of its batch goes through.
+		pcfgQ.Route = func(e core.Event) (qstash.Target, error) {
+			if e.Type == o.poisonType {
+				return qstash.Target{}, fmt.Errorf("chaos: no route for %s yet", e.Type)
+			}
+			return dest, nil
+		}
+	} else {
+		pcfgQ.Destination = dest
+	}
+	pub, err := qstash.NewPublisher(pcfgQ)
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+
+	relay, err := core.NewRelay(store, pub, &core.RelayConfig{
+		BatchSize: o.batch, Concurrency: o.concurrency,
+		LeaseDuration: o.lease, PublishTimeout: o.publishTimeout, PollInterval: o.poll,
+		ShutdownTimeout: 2 * time.Second,
+		Retry:           core.RetryPolicy{MaxAttempts: o.maxAttempts, InitialBackoff: o.backoff, MaxBackoff: o.maxBackoff},
+		Middleware:      []core.PublisherMiddleware{crashAfter(o.crashAfter)},
+		Hooks:           []core.RelayHook{reporter{}},
+		Logger:          log,
+	})
+	if err != nil {
+		return err
+	}
+	return relay.Run(ctx)
+}
+
+// crashAfter SIGKILLs the process right after the n-th publish the transport
+// accepted (at least one event of it), before the relay can settle it: the
+// worst moment for a relay to die, since the whole batch is published again
+// once its lease expires.
+func crashAfter(n int) core.PublisherMiddleware {
+	count := 0 // Concurrency may be > 1: guarded by the channel below
+	sem := make(chan struct{}, 1)
+	return func(next core.Publisher) core.Publisher {
+		if n <= 0 {
+			return next
+		}
+		return core.PublisherFunc(func(ctx context.Context, events []core.Event) error {
+			err := next.Publish(ctx, events)
+			accepted := false
+			for _, e := range core.EventErrors(len(events), err) {
+				accepted = accepted || e == nil
+			}
+			if !accepted {
+				return err
+			}
+			sem <- struct{}{}
+			count++
+			crash := count == n
+			<-sem
+			if crash {
+				fmt.Fprintln(os.Stdout, "crash-after-publish")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+			return err
+		})
+	}
+}
+
+// reporter tells the suite about batches the relay could not settle.
+type reporter struct{}
+
+func (reporter) AfterSettle(_ context.Context, info core.SettleInfo) {
+	if info.Err == nil {
+		return
+	}
+	var ll *core.LeaseLostError
+	if errors.As(info.Err, &ll) {
+		fmt.Fprintf(os.Stdout, "lease-lost n=%d\n", len(ll.IDs))
+		return
+	}
+	fmt.Fprintf(os.Stdout, "settle-failed n=%d\n", len(info.Events))
+}

@@ -1,0 +1,251 @@
+package chaos_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/qstash/qstashdev"
+)
+
+// qsConcurrency is qstashdev's number of delivery workers: the most
+// deliveries a consumer can have in flight, so the most effects one consumer
+// crash can leave committed but unanswered.
+const qsConcurrency = 4
+
+// env is one run's world: an isolated schema, qstashdev behind the fault
+// proxy, the consumer's listening socket, and the worker processes.
+type env struct {
+	t      *testing.T
+	runID  string
+	pool   *pgxpool.Pool
+	schema string
+	store  *postgres.Store
+	qs     *qstashdev.Server
+	proxy  *proxy
+
+	consumerURL  string
+	consumerSock *os.File
+
+	relayBin, consumerBin string
+	relays                []*proc
+	consumer              *proc
+
+	// Counted from the workers' stdout.
+	publishCrashes, commitCrashes, hijacks, settleFailed, leaseLost atomic.Int64
+}
+
+type envConfig struct {
+	ordering bool
+}
+
+func newEnv(t *testing.T, cfg envConfig) *env {
+	t.Helper()
+	e := &env{t: t, runID: randomHex(4)}
+	e.relayBin, e.consumerBin = binaries(t)
+	e.pool = pgtest.Pool(t, 6)
+	e.schema = pgtest.Schema(t, e.pool, "chaos")
+	ctx := context.Background()
+	if err := postgres.Migrate(ctx, e.pool, &postgres.MigrateConfig{Schema: e.schema}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	_, err := e.pool.Exec(ctx, `
+		CREATE TABLE `+e.table("orders")+` (event_id uuid PRIMARY KEY, kind text NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE TABLE `+e.table("effects")+` (event_id uuid PRIMARY KEY, applied int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE TABLE `+e.table("dups")+` (event_id uuid PRIMARY KEY, n int NOT NULL)`)
+	if err != nil {
+		t.Fatalf("create tables: %v", err)
+	}
+	if e.store, err = postgres.New(e.pool, &postgres.Config{Schema: e.schema, Ordering: cfg.ordering}); err != nil {
+		t.Fatal(err)
+	}
+
+	e.qs, err = qstashdev.New(qstashdev.Config{
+		Concurrency: qsConcurrency,
+		// QStash's own schedule (12s, 2m28s, ...) scaled to a test: 25ms
+		// doubling to 400ms, so a consumer that is down for a second is
+		// retried a few times and never runs out of retries.
+		Backoff: func(n int) time.Duration { return min(25*time.Millisecond<<min(n, 10), 400*time.Millisecond) },
+		// Short enough that a relay's republish after a crash reaches the
+		// consumer (as it would after QStash's 10 minutes): the consumer's
+		// Deduper must absorb it, not QStash's.
+		DeduplicationWindow: time.Millisecond,
+		Timeout:             20 * time.Second,
+		MaxDLQ:              100000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.qs.Close() })
+	e.proxy = newProxy(t, e.qs.Handler())
+
+	// The consumer's socket belongs to the test: a restarted consumer takes
+	// it over, and deliveries made meanwhile wait in its backlog.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.consumerURL = "http://" + ln.Addr().String() + "/orders"
+	if e.consumerSock, err = ln.(*net.TCPListener).File(); err != nil {
+		t.Fatal(err)
+	}
+	_ = ln.Close() // the duplicate in consumerSock keeps the socket listening
+	t.Cleanup(func() { _ = e.consumerSock.Close() })
+	return e
+}
+
+func (e *env) table(name string) string { return pgx.Identifier{e.schema, name}.Sanitize() }
+
+func (e *env) relayAppName(i int) string { return fmt.Sprintf("chaosrelay-%s-%d", e.runID, i) }
+
+// relayArgs are the flags every relay gets; extra ones follow (later flags
+// win).
+func (e *env) relayArgs(i int, extra ...string) []string {
+	return append([]string{
+		"-database-url", pgtest.URL(), "-schema", e.schema, "-app-name", e.relayAppName(i),
+		"-qstash-url", e.proxy.url(), "-qstash-token", qstashdev.DefaultToken, "-dest", e.consumerURL,
+	}, extra...)
+}
+
+// startRelay starts relay i; args returns the extra flags of its n-th start.
+func (e *env) startRelay(i int, args func(n int) []string) *proc {
+	p := startProc(e.t, &proc{
+		name: "relay" + strconv.Itoa(i), path: e.relayBin,
+		args: func(n int) []string { return e.relayArgs(i, args(n)...) },
+		onLine: func(line string) {
+			switch {
+			case line == "crash-after-publish":
+				e.publishCrashes.Add(1)
+			case strings.HasPrefix(line, "settle-failed"):
+				e.settleFailed.Add(1)
+			case strings.HasPrefix(line, "lease-lost"):
+				e.leaseLost.Add(1)
+			}
+		},
+	})
+	e.relays = append(e.relays, p)
+	return p
+}
+
+func (e *env) startConsumer(extra ...string) *proc {
+	e.consumer = startProc(e.t, &proc{
+		name: "consumer", path: e.consumerBin, files: []*os.File{e.consumerSock},
+		args: func(int) []string {
+			return append([]string{
+				"-database-url", pgtest.URL(), "-schema", e.schema, "-app-name", "chaosconsumer-" + e.runID,
+				"-url", e.consumerURL, "-current-key", qstashdev.DefaultCurrentSigningKey, "-next-key", qstashdev.DefaultNextSigningKey,
+			}, extra...)
+		},
+		onLine: func(line string) {
+			switch line {
+			case "crash-after-commit":
+				e.commitCrashes.Add(1)
+			case "hijack":
+				e.hijacks.Add(1)
+			}
+		},
+	})
+	return e.consumer
+}
+
+// stopWorkers stops every process gracefully and fails the test if one of
+// them ended in an unexpected way along the run (a panic, a bad exit).
+func (e *env) stopWorkers() {
+	t := e.t
+	t.Helper()
+	all := append([]*proc{}, e.relays...)
+	if e.consumer != nil {
+		all = append(all, e.consumer)
+	}
+	var wg sync.WaitGroup
+	for _, p := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.stop(15 * time.Second)
+		}()
+	}
+	wg.Wait()
+	for _, p := range all {
+		if f := p.stats().failures; len(f) > 0 {
+			t.Errorf("%s ended unexpectedly: %s\n--- its log:\n%s", p.name, strings.Join(f, "; "), p.logTail())
+		}
+	}
+}
+
+// terminateBackends runs pg_terminate_backend on every connection whose
+// application_name is one of names and returns how many it ended.
+func (e *env) terminateBackends(ctx context.Context, names ...string) (int, error) {
+	var n int
+	err := e.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE application_name = ANY($1) AND pid <> pg_backend_pid()`, names).Scan(&n)
+	return n, err
+}
+
+// listening reports the backends of names that are LISTENing, started
+// after since.
+func (e *env) listening(ctx context.Context, since time.Time, names ...string) (int, error) {
+	var n int
+	err := e.pool.QueryRow(ctx, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
+		WHERE application_name = ANY($1) AND query LIKE 'LISTEN %' AND backend_start > $2`, names, since).Scan(&n)
+	return n, err
+}
+
+// waitUntil polls cond every 50ms until it holds or timeout passes. It is
+// for conditions that depend on other processes; an error from cond (the
+// database restarting, say) counts as "not yet".
+func waitUntil(ctx context.Context, timeout time.Duration, cond func(ctx context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if err == nil && ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			if last != nil {
+				return fmt.Errorf("%w (last error: %v)", ctx.Err(), last)
+			}
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// hold waits d or until ctx ends: the length of an injected outage, not a
+// wait for other work.
+func hold(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -25,6 +26,9 @@ import (
 // transaction however many Add calls the transaction makes; that matters
 // because NOTIFY takes a database-wide lock at commit.
 //
+// Config.BeforeAdd, when set, sees each event (a copy) before validation:
+// that is where tracing.NewInjector records the caller's trace context.
+//
 // A zero CreatedAt becomes the database's now() (the transaction's start)
 // and a zero AvailableAt becomes CreatedAt; a zero SchemaVersion becomes 1. With ordering on,
 // Sequence is assigned for events with an AggregateID (any value given is
@@ -36,6 +40,13 @@ func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
 	}
 	if tx == nil {
 		return &core.ConfigError{Field: "tx", Reason: "is nil: pass the transaction that writes your business rows"}
+	}
+	if s.cfg.BeforeAdd != nil {
+		// The hook edits copies: the caller's slice is left as it was.
+		events = slices.Clone(events)
+		for i := range events {
+			s.cfg.BeforeAdd(ctx, &events[i])
+		}
 	}
 	if err := s.validateEvents(events); err != nil {
 		return err

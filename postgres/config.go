@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"time"
@@ -66,6 +67,13 @@ type Config struct {
 	// ListenBackoffMax caps the delay between the listener's reconnection
 	// attempts, which starts at 100ms and doubles. Defaults to 10s.
 	ListenBackoffMax time.Duration
+
+	// BeforeAdd, when set, is called by Add on a copy of each event before it
+	// is validated and written, with Add's context. tracing.NewInjector
+	// returns such a function: it records the caller's trace context in the
+	// event's headers, configured once instead of at every call. Defaults to
+	// nil.
+	BeforeAdd func(ctx context.Context, e *core.Event)
 
 	// Logger receives the listener's reconnection warnings. Defaults to a
 	// logger that discards.

@@ -594,3 +594,39 @@ func TestSingleEventAdds(t *testing.T) {
 		}
 	}
 }
+
+func TestBeforeAddSeesCopiesAndItsChangesAreStored(t *testing.T) {
+	db := newDB(t, 2)
+	var seen int
+	store := newStore(t, db, postgres.Config{BeforeAdd: func(ctx context.Context, e *core.Event) {
+		seen++
+		h := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+		for k, v := range e.Headers {
+			h[k] = v
+		}
+		e.Headers = h
+	}})
+	ctx := ctxT(t)
+	one := mustEvent(t, "before.add", map[string]int{"n": 1})
+	two := mustEvent(t, "before.add", map[string]int{"n": 2})
+	two.Headers = map[string]string{"tenant": "acme"}
+	callers := []core.Event{one, two}
+	if err := store.Add(ctx, db.pool, callers...); err != nil {
+		t.Fatal(err)
+	}
+	if seen != 2 {
+		t.Fatalf("BeforeAdd called %d times, want 2", seen)
+	}
+	if callers[0].Headers != nil || len(callers[1].Headers) != 1 {
+		t.Fatalf("BeforeAdd changed the caller's events: %+v", callers)
+	}
+	for _, e := range callers {
+		rec, err := store.Get(ctx, e.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Event.Headers["traceparent"] == "" {
+			t.Fatalf("event %s stored without the hook's header: %v", e.ID, rec.Event.Headers)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -58,6 +59,12 @@ type ReceiverConfig struct {
 	// Logger receives refused requests (Warn), handler errors (Warn) and
 	// panics (Error, with the stack). Defaults to a logger that discards.
 	Logger *slog.Logger
+	// Middleware wraps the whole dedupe-and-handle step, outside the
+	// Deduper, so it sees duplicates too: tracing.HandlerMiddleware goes
+	// here, giving every delivery a consumer span on which the dedupe
+	// decision is recorded. Middleware that must run inside the effect's
+	// transaction belongs on Handler instead. Defaults to none.
+	Middleware []core.HandlerMiddleware
 	// OnDecision, when set, learns the outcome of every request: applied or
 	// duplicate, and why a request failed. Tracing and metrics attach here.
 	OnDecision DecisionHook
@@ -81,6 +88,8 @@ type Receiver struct {
 	clock    core.Clock
 	log      *slog.Logger
 	hook     DecisionHook
+	// middleware wraps ApplyOnce (ReceiverConfig.Middleware).
+	middleware []core.HandlerMiddleware
 }
 
 var _ http.Handler = (*Receiver)(nil)
@@ -126,6 +135,8 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 		clock:    cfg.Clock,
 		log:      cfg.Logger,
 		hook:     cfg.OnDecision,
+
+		middleware: slices.Clone(cfg.Middleware),
 	}
 	if r.maxBody == 0 {
 		r.maxBody = DefaultMaxBodyBytes
@@ -225,7 +236,16 @@ func (rc *Receiver) apply(ctx context.Context, e core.Event) (applied bool, err 
 			applied, err = false, &core.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return core.ApplyOnce(ctx, rc.deduper, rc.consumer, rc.handler, e)
+	if len(rc.middleware) == 0 {
+		return core.ApplyOnce(ctx, rc.deduper, rc.consumer, rc.handler, e)
+	}
+	step := core.HandlerFunc(func(ctx context.Context, e core.Event) error {
+		var err error
+		applied, err = core.ApplyOnce(ctx, rc.deduper, rc.consumer, rc.handler, e)
+		return err
+	})
+	err = core.ChainHandler(step, rc.middleware...).Handle(ctx, e)
+	return applied && err == nil, err
 }
 
 // respond writes a small JSON body. Error details stay in the logs: the body

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -252,5 +253,37 @@ func TestNewReceiverValidates(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Field != tc.field {
 			t.Errorf("config without a valid %s: err = %v, want a ConfigError on it", tc.field, err)
 		}
+	}
+}
+
+// Middleware wraps the dedupe step: it sees every delivery, duplicates
+// included, and the error the handler returned.
+func TestReceiverMiddlewareWrapsDedupe(t *testing.T) {
+	t.Parallel()
+	h, d := &effects{}, &recordingDeduper{}
+	var mu sync.Mutex
+	var seen []string
+	rc, decisions := newTestReceiver(t, h, d, func(c *qstash.ReceiverConfig) {
+		c.Middleware = []core.HandlerMiddleware{func(next core.Handler) core.Handler {
+			return core.HandlerFunc(func(ctx context.Context, e core.Event) error {
+				err := next.Handle(ctx, e)
+				mu.Lock()
+				seen = append(seen, e.ID.String())
+				mu.Unlock()
+				return err
+			})
+		}}
+	})
+	e := testEvent(t)
+	for range 2 {
+		if w := serve(rc, deliveryRequest(e, signed(t, currentKey, e))); w.Code != http.StatusOK {
+			t.Fatalf("status %d, want 200", w.Code)
+		}
+	}
+	if len(seen) != 2 || len(h.Applied()) != 1 {
+		t.Fatalf("middleware saw %d deliveries and the effect ran %d times; want 2 and 1", len(seen), len(h.Applied()))
+	}
+	if ds := *decisions; len(ds) != 2 || ds[0].Outcome != qstash.OutcomeApplied || ds[1].Outcome != qstash.OutcomeDuplicate {
+		t.Fatalf("decisions = %+v, want applied then duplicate", ds)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
 	"github.com/outboxkit/outboxkit/core"
@@ -263,6 +264,15 @@ func (a *app) amqpPublisher(t *transportFlags, routes map[string]route, logger *
 		// make a publish count only once the broker has the message.
 		cfg := wmamqp.NewDurablePubSubConfig(t.amqpURL, nil)
 		cfg.Publish.ConfirmDelivery = true
+		// The standard message-id property carries the event ID, so any
+		// AMQP consumer (not only Watermill's) can deduplicate on it.
+		cfg.Marshaler = wmamqp.DefaultMarshaler{PostprocessPublishing: func(p amqp091.Publishing) amqp091.Publishing {
+			if id, ok := p.Headers[wmamqp.DefaultMessageUUIDHeaderKey].(string); ok {
+				p.MessageId = id
+			}
+			p.ContentType = "application/json"
+			return p
+		}}
 		wp, err := wmamqp.NewPublisher(cfg, watermill.NewSlogLogger(logger))
 		if err != nil {
 			return nil, nil, fmt.Errorf("cannot reach AMQP at %s: %s — is it running? set --amqp-url or AMQP_URL", displayURL(t.amqpURL), netCause(err))

@@ -2,9 +2,9 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test fmt-check vet unit deps-check examples-smoke fmt
+.PHONY: test fmt-check vet unit deps-check otel-sdk-check examples-smoke fmt jaeger-check
 
-test: fmt-check vet deps-check unit examples-smoke
+test: fmt-check vet deps-check otel-sdk-check unit examples-smoke
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -25,6 +25,18 @@ deps-check:
 	@bad=$$($(GO) list -deps ./core | grep -E '^[a-z0-9-]+\.[a-z0-9.-]+/' | grep -v '^github.com/outboxkit/outboxkit/core$$' || true); \
 	if [ -n "$$bad" ]; then echo "core must import only the standard library, found:"; echo "$$bad"; exit 1; fi
 
+# Library packages import the OpenTelemetry API only; the SDK and exporters
+# belong to programs (examples, contrib) and tests.
+otel-sdk-check:
+	@bad=$$($(GO) list -deps $$($(GO) list ./... | grep -vE '/(examples|contrib|internal)(/|$$)') | grep -E '^go\.opentelemetry\.io/otel/(sdk|exporters)' || true); \
+	if [ -n "$$bad" ]; then echo "library packages must import the OpenTelemetry API only, found:"; echo "$$bad"; exit 1; fi
+
+# Starts a real Jaeger (building it on first use), runs examples/jaeger and
+# fails unless one trace holds the producer, relay and consumer spans.
+jaeger-check:
+	scripts/jaeger-check.sh
+
 examples-smoke:
 	$(GO) run ./examples/inmemory
 	$(GO) run ./examples/quickstart
+	$(GO) run ./examples/jaeger -otlp-endpoint=

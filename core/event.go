@@ -34,7 +34,10 @@ type Event struct {
 	// Sequence is the event's position within its aggregate. Stores that
 	// support ordering assign it at write time; leave it zero.
 	Sequence int64
-	// Payload is the event body: JSON, delivered unchanged. Required.
+	// Payload is the event body: JSON. Required. Transports deliver it as
+	// stored; a store may normalise it to equivalent JSON (PostgreSQL's jsonb
+	// drops insignificant whitespace and reorders object keys), so consumers
+	// must parse it rather than compare bytes.
 	Payload json.RawMessage
 	// Headers carry trace context (traceparent, tracestate, baggage) and custom
 	// metadata. Keys are case-sensitive.

@@ -114,6 +114,13 @@ func TestPublisher(t *testing.T, h PublisherHarness) {
 	})
 }
 
+// equalJSON reports whether two JSON texts encode the same value: stores
+// may normalise whitespace and key order.
+func equalJSON(a, b []byte) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && jsonEqual(x, y)
+}
+
 func jsonEqual(a, b any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)

@@ -60,8 +60,9 @@ func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {
 				t.Fatalf("event %s: Attempts = %d after first claim, want 1", e.ID, e.Attempts)
 			}
 		}
-		if got := b.Events[0]; got.Type != "a" || string(got.Payload) == "" || got.Headers["traceparent"] != e1.Headers["traceparent"] {
-			t.Fatalf("claimed event lost fields: %+v", got)
+		if got := b.Events[0]; got.Type != "a" || !equalJSON(got.Payload, e1.Payload) || got.Headers["traceparent"] != e1.Headers["traceparent"] ||
+			got.SchemaVersion != 1 || !got.CreatedAt.Equal(e1.CreatedAt) {
+			t.Fatalf("claimed event lost fields: %+v, want %+v", got, e1)
 		}
 		b2 := claim(t, s, 10, now)
 		assertIDs(t, "second claim", b2.Events, e3.ID)

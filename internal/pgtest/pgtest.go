@@ -56,6 +56,10 @@ func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 // drops it, with everything in it, when tb ends.
 func Schema(tb testing.TB, pool *pgxpool.Pool, prefix string) string {
 	tb.Helper()
+	if strings.HasPrefix(strings.ToLower(prefix), "pg_") || strings.EqualFold(prefix, "pg") {
+		// PostgreSQL reserves pg_* schema names for itself.
+		tb.Fatalf("pgtest: schema prefix %q would make a reserved pg_* name: pick another", prefix)
+	}
 	name := NewSchemaName(prefix)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {

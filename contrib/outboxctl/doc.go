@@ -1,0 +1,54 @@
+// Command outboxctl operates an outboxkit outbox on PostgreSQL: it applies
+// migrations, runs relays, checks health, and manages dead letters, replays
+// and retention.
+//
+// Install it with
+//
+//	go install github.com/outboxkit/outboxkit/contrib/outboxctl@latest
+//
+// # Usage
+//
+//	outboxctl [global flags] <command> [flags]
+//
+//	migrate [--print [--down]]      apply the migrations, or print their SQL
+//	migrate status [--json]         list migrations and whether each is applied
+//	migrate down --to N --yes       revert migrations newer than N
+//	relay [flags]                   relay events until SIGINT/SIGTERM (or once, with --drain)
+//	status [--json] [--max-age D]   counts and oldest pending age; a health check with --max-age
+//	dlq list|show|replay|purge      inspect and act on dead-lettered events
+//	replay [filters]                put published or dead events back to pending, IDs kept
+//	prune --older-than D            delete old published events (and processed records)
+//	qstash-dev [--addr A]           run the in-memory QStash for local development
+//
+// Every command documents its flags under --help. Global flags
+// (--database-url, --schema, --table) may come before or after the command
+// name, and default to DATABASE_URL, OUTBOX_SCHEMA ("public") and
+// OUTBOX_TABLE ("outbox_events"). Without any database URL outboxctl uses
+// the local development database, postgres://postgres@127.0.0.1:5432/test,
+// and warns on stderr that it does: production jobs must set DATABASE_URL.
+//
+// # Output and exit codes
+//
+// Results go to stdout (--json where a script reads them), logs and errors
+// to stderr. An error is one line, "outboxctl: <what happened>: <what to
+// do>", with passwords and tokens redacted; never a stack trace. Exit codes
+// are 0 for success, 1 when a check failed (status --max-age found the
+// oldest pending event too old), and 2 for every error (bad flags,
+// unreachable services, failed operations), so a probe can tell an unhealthy
+// outbox from a broken check.
+//
+// On a terminal, prune and replay draw a progress line; otherwise they print
+// a plain line at most once a second.
+//
+// # Relays
+//
+//	outboxctl relay --destination https://billing.example.com/qstash/orders
+//	outboxctl relay --transport nats --nats-url nats://nats:4222 --routes routes.txt
+//	outboxctl relay --transport amqp --amqp-url amqp://user:pass@rabbit:5672/
+//
+// A relay runs until SIGINT or SIGTERM, then stops claiming, gives in-flight
+// publishes --shutdown-timeout to finish and releases the events of the
+// others, so no event waits for a dead process's lease. Run as many relays
+// as you need: leases and FOR UPDATE SKIP LOCKED keep them apart without
+// coordination. docs/OPERATIONS.md covers tuning, alerting and the rest.
+package main

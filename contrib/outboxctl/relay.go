@@ -65,6 +65,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	newDurationFlag(fs, &cfg.Retry.InitialBackoff, "initial-backoff", def.Retry.InitialBackoff, "delay after the first failed attempt; it doubles per attempt, with jitter")
 	newDurationFlag(fs, &cfg.Retry.MaxBackoff, "max-backoff", def.Retry.MaxBackoff, "cap on the delay between attempts")
 	noNotify := fs.Bool("no-notify", false, "do not LISTEN for new-event notifications; find events by polling alone")
+	deletePublished := fs.Bool("delete-published", false, "delete each row once published instead of keeping it for prune: faster, but published events can be neither inspected nor replayed")
 	ordering := fs.Bool("ordering", false, "per-aggregate ordering: claim only each aggregate's oldest pending event (writers and relays of one table must agree)")
 	fs.StringVar(&cfg.Destination, "only-destination", "", "claim only events whose destination column equals this `value` (a relay dedicated to one slow destination)")
 	drain := fs.Bool("drain", false, "process every due event once, then exit")
@@ -98,7 +99,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	}
 
 	pool, store, err := a.openStore(ctx, int32(cfg.Concurrency)+2, postgres.Config{
-		Ordering: *ordering, DisableNotify: *noNotify, Logger: logger,
+		Ordering: *ordering, DeletePublished: *deletePublished, DisableNotify: *noNotify, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -131,7 +132,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	logger.Info("relay started",
 		"transport", strings.ToLower(tf.kind), "database", displayURL(a.g.databaseURL), "schema", a.g.schema, "table", a.g.table,
 		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration.String(), "publish_timeout", rc.PublishTimeout.String(),
-		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering)
+		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering, "delete_published", *deletePublished)
 	stop := context.AfterFunc(ctx, func() {
 		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", rc.ShutdownTimeout.String())
 	})

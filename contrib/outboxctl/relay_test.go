@@ -169,3 +169,18 @@ func TestRelayRoutesFileAndDrain(t *testing.T) {
 		return true
 	})
 }
+
+// TestRelayDeletePublished: with --delete-published a delivered event
+// leaves no row behind.
+func TestRelayDeletePublished(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	q := newDevQStash(t, nil)
+	ids := o.insertSQL(t, 4, "order.placed")
+	r := cli(t, qstashEnv(), o.args("relay", "--qstash-url", q.url, "--destination", q.consumer, "--drain", "--delete-published")...)
+	wantOK(t, r)
+	if n := o.count(t, "true"); n != 0 {
+		t.Errorf("%d rows left after relaying with --delete-published", n)
+	}
+	waitFor(t, 20*time.Second, "the events at the consumer", func() bool { return len(q.got()) == len(ids) })
+}

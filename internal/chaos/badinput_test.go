@@ -7,14 +7,34 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
-func TestBadInputProbe(t *testing.T) {
+// Bad input the other packages' tests cover, and where:
+//
+//	schema and table names with injection attempts  postgres TestInvalidIdentifiersAreRefused
+//	missing type, nil ID, non-JSON, oversized        postgres TestInvalidEventsWriteNothing, core TestEventValidation
+//	malformed CloudEvents headers                    core TestEventFromMalformedHeaders, qstash TestReceiverRefusesWithoutEffect,
+//	                                                 qstash FuzzDecodeHeaders, chaos FuzzEventFromCloudEventHeaders
+//	unknown event types (permanent)                  core TestMuxRoutesAndRejectsUnknownTypes, qstash TestReceiverErrorOutcomes
+//	panicking handlers                               core TestRecoverTurnsPanicIntoError, qstash TestReceiverErrorOutcomes
+//	the signature matrix                             qstash TestVerifyMatrix, TestReceiverSignatureMatrix, FuzzVerify
+//
+// TestBadInputEndToEnd adds the whole path: what a real relay, qstashdev
+// and consumer make of bad events, including rows other services write with
+// plain SQL, which no Go validation has seen.
+
+// TestBadInputEndToEnd writes healthy events around bad ones and checks that
+// each bad one ends in a dead letter (the outbox's, or QStash's DLQ) without
+// an effect, within its retry budget, while every healthy one is applied
+// exactly once and no process dies.
+func TestBadInputEndToEnd(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	e.startConsumer()
 	ctx := context.Background()
-	healthy := orderEvents(t, 50, "order.placed", "")
-	if err := e.addEvents(ctx, kindOK, healthy[:25]...); err != nil {
+	healthy := orderEvents(t, 60, "order.placed", "")
+	if err := e.addEvents(ctx, kindOK, healthy[:30]...); err != nil {
 		t.Fatal(err)
 	}
 	unknown := orderEvents(t, 1, "chaos.unknown", "")[0]
@@ -22,49 +42,134 @@ func TestBadInputProbe(t *testing.T) {
 	if err := e.addEvents(ctx, "bad", unknown, panics); err != nil {
 		t.Fatal(err)
 	}
-	sql := map[string]string{
-		"empty type": `INSERT INTO OUTBOX (id, event_type, payload) VALUES ('%s', '', '{}')`,
-	}
-	_ = sql
-	rows := []struct{ name, id, typ, payload string }{
+	// Rows another service could write with plain SQL: only id, event_type
+	// and payload are required, and the database checks little.
+	type sqlRow struct{ name, id, typ, payload string }
+	rows := []sqlRow{
 		{"empty type", core.NewID().String(), "", `{}`},
-		{"nil id", "00000000-0000-0000-0000-000000000000", "order.placed", `{}`},
-		{"huge payload", core.NewID().String(), "order.placed", `"` + strings.Repeat("x", 1536<<10) + `"`},
-		{"newline type", core.NewID().String(), "order\nplaced", `{}`},
-		{"long type", core.NewID().String(), strings.Repeat("t", 300), `{}`},
+		{"payload over QStash's 1 MiB", core.NewID().String(), "order.placed", `"` + strings.Repeat("x", 1536<<10) + `"`},
+		{"line break in the type", core.NewID().String(), "order\nplaced", `{}`},
+		{"type over 255 bytes", core.NewID().String(), strings.Repeat("t", 300), `{}`},
+		{"non-string header values", core.NewID().String(), "order.placed", `{}`},
 	}
 	for _, r := range rows {
-		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table("orders")+` (event_id, kind) VALUES ($1, 'bad')`, r.id); err != nil {
+		kind := "bad"
+		headers := `{}`
+		if r.name == "non-string header values" {
+			kind, headers = kindOK, `{"n": 1, "ok": true, "x-tenant": "t1"}` // still relayed and applied
+		}
+		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table("orders")+` (event_id, kind) VALUES ($1, $2)`, r.id, kind); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table("outbox_events")+` (id, event_type, payload) VALUES ($1, $2, $3)`, r.id, r.typ, r.payload); err != nil {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO `+e.table("outbox_events")+` (id, event_type, payload, headers) VALUES ($1, $2, $3, $4)`,
+			r.id, r.typ, r.payload, headers); err != nil {
 			t.Fatalf("%s: %v", r.name, err)
 		}
 	}
-	if err := e.addEvents(ctx, kindOK, healthy[25:]...); err != nil {
+	if err := e.addEvents(ctx, kindOK, healthy[30:]...); err != nil {
 		t.Fatal(err)
 	}
+	const maxAttempts, qstashRetries = 4, 2
 	e.startRelay(0, func(int) []string {
 		return []string{"-qstash-retries", "2", "-max-attempts", "4", "-backoff", "50ms", "-max-backoff", "100ms", "-lease", "2s", "-publish-timeout", "1s"}
 	})
-	_ = waitUntil(ctx, 15*time.Second, func(ctx context.Context) (bool, error) {
-		o, err := e.check(ctx, nil)
-		return o.pending == 0 && o.lost == 0, err
-	})
-	_ = e.qs.WaitIdle(ctx)
-	e.stopWorkers()
-	o, _ := e.check(ctx, nil)
-	t.Logf("%+v", o)
-	res, _ := e.pool.Query(ctx, `SELECT id, left(event_type, 20), attempts, published_at IS NOT NULL, dead_at IS NOT NULL, left(COALESCE(last_error,''), 200) FROM `+e.table("outbox_events")+` o JOIN `+e.table("orders")+` r ON r.event_id = o.id WHERE r.kind = 'bad'`)
-	for res.Next() {
-		var id, typ, le string
-		var att int
-		var pub, dead bool
-		_ = res.Scan(&id, &typ, &att, &pub, &dead, &le)
-		t.Logf("%s %q attempts=%d published=%v dead=%v err=%q accepted=%d", id, typ, att, pub, dead, le, e.proxy.acceptedCount(core.MustParseID(id)))
-	}
+	waitSettled(t, e)
+
+	// Where each bad event ended.
+	dlq := map[string]int{} // event ID → status of QStash's last attempt
 	for _, d := range e.qs.DLQ() {
-		t.Logf("DLQ %s type=%q status=%d retried=%d body=%s", headerValue(d.Message.Header, "ce-id"), headerValue(d.Message.Header, "ce-type"), d.ResponseStatus, d.Message.Retried, d.ResponseBody)
+		if d.Message.Retried > qstashRetries {
+			t.Errorf("QStash tried %s %d times, more than 1+Retries", headerValue(d.Message.Header, "ce-id"), d.Message.Retried+1)
+		}
+		dlq[headerValue(d.Message.Header, "ce-id")] = d.ResponseStatus
 	}
-	t.Logf("relay %+v consumer %+v settle-failed %d", e.relays[0].stats(), e.consumer.stats(), e.settleFailed.Load())
+	type end struct {
+		attempts        int
+		published, dead bool
+		lastError       string
+	}
+	endOf := func(id string) end {
+		var x end
+		if err := e.pool.QueryRow(ctx, `SELECT attempts, published_at IS NOT NULL, dead_at IS NOT NULL, COALESCE(last_error, '') FROM `+
+			e.table("outbox_events")+` WHERE id = $1`, id).Scan(&x.attempts, &x.published, &x.dead, &x.lastError); err != nil {
+			t.Fatalf("event %s: %v", id, err)
+		}
+		if x.attempts > maxAttempts {
+			t.Errorf("event %s claimed %d times, more than MaxAttempts (%d)", id, x.attempts, maxAttempts)
+		}
+		return x
+	}
+	for _, c := range []struct {
+		name, id string
+		status   int // QStash DLQ status; 0: dead-lettered in the outbox instead
+	}{
+		{"unknown type", unknown.ID.String(), 489}, // permanent at once
+		{"panicking handler", panics.ID.String(), 500},
+		{"empty type", rows[0].id, 400},
+		{"payload over QStash's 1 MiB", rows[1].id, 0},
+		{"line break in the type", rows[2].id, 0},
+		{"type over 255 bytes", rows[3].id, 400},
+	} {
+		x := endOf(c.id)
+		switch {
+		case c.status == 0 && (!x.dead || x.published):
+			t.Errorf("%s: outbox published=%v dead=%v (%q); want dead-lettered in the outbox", c.name, x.published, x.dead, x.lastError)
+		case c.status != 0 && (!x.published || dlq[c.id] != c.status):
+			t.Errorf("%s: outbox published=%v, QStash DLQ status %d; want published and dead-lettered by QStash with %d", c.name, x.published, dlq[c.id], c.status)
+		}
+	}
+	if st := e.consumer.stats(); st.starts != 1 {
+		t.Errorf("the consumer was started %d times: a bad event crashed it", st.starts)
+	}
+	if st := e.relays[0].stats(); st.starts != 1 {
+		t.Errorf("the relay was started %d times: a bad event crashed it", st.starts)
+	}
+	if n := e.settleFailed.Load(); n != 0 {
+		t.Errorf("%d batches could not be settled", n)
+	}
+}
+
+// nilUUIDFixed turns TestNilUUIDRowSettles on. The fix is one deleted
+// check in postgres/claim.go (Settle), held back while that file is being
+// reworked; see the proposal in issue 8's report.
+const nilUUIDFixed = false
+
+// TestNilUUIDRowSettles: the outbox's id column accepts the nil UUID, so a
+// plain-SQL writer can store one. Its batch must settle like any other;
+// refusing it would leave every event claimed with it to be republished
+// each time the lease expires, forever, past MaxAttempts.
+func TestNilUUIDRowSettles(t *testing.T) {
+	if !nilUUIDFixed {
+		t.Skip("known bug, fix proposed in issue 8's report: postgres.Store.Settle refuses an outcome whose ID is the nil UUID, " +
+			"which the outbox's id column accepts; set nilUUIDFixed once the fix lands")
+	}
+	pool := pgtest.Pool(t, 2)
+	schema := pgtest.Schema(t, pool, "chaosnil")
+	ctx := context.Background()
+	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := postgres.New(pool, &postgres.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO "`+schema+`".outbox_events (id, event_type, payload) VALUES
+		('00000000-0000-0000-0000-000000000000', 'a', '{}'), ($1, 'b', '{}')`, core.NewID().String()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Claim(ctx, core.ClaimRequest{Limit: 10, LeaseFor: time.Minute})
+	if err != nil || len(b.Events) != 2 {
+		t.Fatalf("claim: %d events, %v", len(b.Events), err)
+	}
+	out := make([]core.Outcome, len(b.Events))
+	for i, ev := range b.Events {
+		out[i] = core.Outcome{ID: ev.ID, Kind: core.Published}
+	}
+	if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: out}); err != nil {
+		t.Fatalf("settle a batch holding a nil-UUID row: %v", err)
+	}
+	var pending int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".outbox_events WHERE published_at IS NULL`).Scan(&pending); err != nil || pending != 0 {
+		t.Fatalf("%d events still pending (%v)", pending, err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // Relay moves committed events from a Store to a Publisher: claim a batch
@@ -133,19 +134,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// work is one worker's loop: claim and process batches while there are due
-// events, then wait for a wake-up or the poll interval.
+// work is one worker's loop: process batches while there are due events,
+// then wait for a wake-up or the poll interval.
 func (r *Relay) work(ctx, hardCtx context.Context) {
 	for ctx.Err() == nil {
-		n, err := r.processBatch(ctx, hardCtx)
-		if err != nil && ctx.Err() == nil {
+		if _, err := r.runBatches(ctx, hardCtx, true); err != nil && ctx.Err() == nil {
 			r.log.Error("outbox relay batch failed", "error", err)
-		}
-		if err == nil && n == r.cfg.BatchSize {
-			// A full batch suggests more is due: keep going and bring in an
-			// idle worker too.
-			r.Wake()
-			continue
 		}
 		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
 		select {
@@ -162,34 +156,95 @@ func (r *Relay) work(ctx, hardCtx context.Context) {
 // function) rather than as a long-lived process. Events that fail are
 // scheduled for retry as usual and not retried within the same Drain.
 func (r *Relay) Drain(ctx context.Context) (int, error) {
-	total := 0
-	for {
-		n, err := r.processBatch(ctx, ctx)
-		total += n
-		if err != nil {
-			return total, err
-		}
-		if n < r.cfg.BatchSize {
-			return total, nil
-		}
-	}
+	return r.runBatches(ctx, ctx, false)
 }
 
-// processBatch claims, publishes and settles one batch; it returns the number
-// of events claimed.
-func (r *Relay) processBatch(ctx, hardCtx context.Context) (int, error) {
-	req := ClaimRequest{Limit: r.cfg.BatchSize, LeaseFor: r.cfg.LeaseDuration, Destination: r.cfg.Destination}
-	if !isSystemClock(r.cfg.Clock) {
-		req.Now = r.cfg.Clock.Now()
+// claimRequest is the relay's claim, with its clock's time when that clock is
+// not the system's.
+func (r *Relay) claimRequest() ClaimRequest {
+	return ClaimRequest{Limit: r.cfg.BatchSize, LeaseFor: r.cfg.LeaseDuration, Destination: r.cfg.Destination, Now: r.now()}
+}
+
+// now is the time to pass to the store: zero (the store's own clock) unless
+// the relay runs on a non-system clock.
+func (r *Relay) now() time.Time {
+	if isSystemClock(r.cfg.Clock) {
+		return time.Time{}
 	}
-	batch, err := r.store.Claim(ctx, req)
+	return r.cfg.Clock.Now()
+}
+
+// runBatches claims and processes batches for as long as claims come back
+// full, and returns the number of events processed. After a full batch the
+// next claim is due at once; a store that implements SettleClaimer gets the
+// settle of one batch and the claim of the next in one round trip. With
+// wakeOthers, a full batch also wakes an idle worker to join in.
+func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, error) {
+	batch, err := r.store.Claim(ctx, r.claimRequest())
 	if err != nil {
 		return 0, fmt.Errorf("claim batch: %w", err)
 	}
-	if len(batch.Events) == 0 {
-		return 0, nil
-	}
+	sc, pipelined := r.store.(SettleClaimer)
+	total := 0
+	var firstErr error
+	for len(batch.Events) > 0 {
+		total += len(batch.Events)
+		full := len(batch.Events) == r.cfg.BatchSize
+		if full && wakeOthers {
+			r.Wake()
+		}
+		sreq, info := r.publishBatch(hardCtx, batch)
 
+		// Settle even when ctx is done, so a shutting-down relay records
+		// what it published; bound it by the lease, after which settling is
+		// moot.
+		settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
+		var next Batch
+		var claimErr error
+		more := full && ctx.Err() == nil
+		switch {
+		case more && pipelined:
+			next, info.Err, claimErr = sc.SettleAndClaim(settleCtx, sreq, r.claimRequest())
+		case more:
+			if info.Err = r.store.Settle(settleCtx, sreq); info.Err == nil || errors.Is(info.Err, ErrLeaseLost) {
+				next, claimErr = r.store.Claim(ctx, r.claimRequest())
+			}
+		default:
+			info.Err = r.store.Settle(settleCtx, sreq)
+		}
+		for _, h := range r.cfg.Hooks {
+			h.AfterSettle(settleCtx, info)
+		}
+		cancel()
+
+		switch {
+		case info.Err == nil:
+		case errors.Is(info.Err, ErrLeaseLost):
+			// Another relay owns these events now; it will settle them.
+			r.log.Warn("outbox lease lost before settling; events will be published again", "error", info.Err)
+		case firstErr == nil:
+			// The events stay leased until the lease expires, then are
+			// published again: at-least-once, never lost.
+			firstErr = fmt.Errorf("settle batch: %w", info.Err)
+		}
+		if claimErr != nil {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("claim batch: %w", claimErr)
+			}
+			break
+		}
+		if len(next.Events) > 0 && ctx.Err() != nil {
+			// Claimed while shutting down: hand the batch straight back.
+			r.release(ctx, next)
+			break
+		}
+		batch = next
+	}
+	return total, firstErr
+}
+
+// publishBatch publishes a claimed batch and decides each event's outcome.
+func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleRequest, SettleInfo) {
 	pubCtx, cancel := context.WithTimeout(hardCtx, r.cfg.PublishTimeout)
 	start := r.cfg.Clock.Now()
 	pubErr := r.publish(pubCtx, batch.Events)
@@ -212,28 +267,21 @@ func (r *Relay) processBatch(ctx, hardCtx context.Context) (int, error) {
 				"attempts", e.Attempts, "outcome", outcomes[i].Kind, "error", errs[i])
 		}
 	}
+	return SettleRequest{Lease: batch.Lease, Outcomes: outcomes, Now: r.now()},
+		SettleInfo{Events: batch.Events, Outcomes: outcomes, PublishDuration: elapsed}
+}
 
-	// Settle even when ctx is done, so a shutting-down relay records what it
-	// published; bound it by the lease, after which settling is moot.
-	settleCtx, cancelSettle := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
-	defer cancelSettle()
-	sreq := SettleRequest{Lease: batch.Lease, Outcomes: outcomes}
-	if !isSystemClock(r.cfg.Clock) {
-		sreq.Now = r.cfg.Clock.Now()
+// release gives a claimed batch back untouched.
+func (r *Relay) release(ctx context.Context, b Batch) {
+	outcomes := make([]Outcome, len(b.Events))
+	for i, e := range b.Events {
+		outcomes[i] = Outcome{ID: e.ID, Kind: Released}
 	}
-	settleErr := r.store.Settle(settleCtx, sreq)
-	for _, h := range r.cfg.Hooks {
-		h.AfterSettle(settleCtx, SettleInfo{Events: batch.Events, Outcomes: outcomes, PublishDuration: elapsed, Err: settleErr})
+	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
+	defer cancel()
+	if err := r.store.Settle(settleCtx, SettleRequest{Lease: b.Lease, Outcomes: outcomes, Now: r.now()}); err != nil {
+		r.log.Warn("outbox relay could not release a batch; it is claimable again when its lease expires", "error", err)
 	}
-	if settleErr != nil {
-		if errors.Is(settleErr, ErrLeaseLost) {
-			// Another relay owns these events now; it will settle them.
-			r.log.Warn("outbox lease lost before settling; events will be published again", "error", settleErr)
-			return len(batch.Events), nil
-		}
-		return len(batch.Events), fmt.Errorf("settle batch: %w", settleErr)
-	}
-	return len(batch.Events), nil
 }
 
 // publish calls the publisher, turning a panic into an error so one bad

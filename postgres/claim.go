@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,34 +30,55 @@ const maxErrorBytes = 4096
 // "Now" is the database's now() unless req.Now is set, so relays on hosts
 // with skewed clocks agree on lease expiry.
 func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
-	if req.Limit < 1 {
-		return core.Batch{}, fmt.Errorf("outboxkit/postgres: claim: Limit is %d; it must be at least 1", req.Limit)
+	q, err := s.claimQuery(req)
+	if err != nil {
+		return core.Batch{}, err
 	}
-	if req.LeaseFor <= 0 {
-		return core.Batch{}, fmt.Errorf("outboxkit/postgres: claim: LeaseFor is %v; it must be positive", req.LeaseFor)
-	}
-	token := core.NewID()
-	sql := s.claimSQL
-	args := []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor}
-	if req.Destination != "" {
-		sql = s.claimDestSQL
-		args = append(args, req.Destination)
-	}
-	rows, err := s.pool.Query(ctx, sql, args...)
+	rows, err := s.pool.Query(ctx, q.sql, q.args...)
 	if err != nil {
 		return core.Batch{}, wrap("claim", err)
 	}
+	return q.read(rows)
+}
+
+// claim is a prepared claim: its SQL, arguments and the lease token it sets.
+type claim struct {
+	sql   string
+	args  []any
+	token core.ID
+	limit int
+}
+
+func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
+	if req.Limit < 1 {
+		return claim{}, fmt.Errorf("outboxkit/postgres: claim: Limit is %d; it must be at least 1", req.Limit)
+	}
+	if req.LeaseFor <= 0 {
+		return claim{}, fmt.Errorf("outboxkit/postgres: claim: LeaseFor is %v; it must be positive", req.LeaseFor)
+	}
+	token := core.NewID()
+	q := claim{sql: s.claimSQL, token: token, limit: req.Limit,
+		args: []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor}}
+	if req.Destination != "" {
+		q.sql = s.claimDestSQL
+		q.args = append(q.args, req.Destination)
+	}
+	return q, nil
+}
+
+// read turns the claim's RETURNING rows into a batch, closing rows.
+func (q claim) read(rows pgx.Rows) (core.Batch, error) {
+	defer rows.Close()
 	type claimed struct {
 		pos int64
 		ev  core.Event
 	}
-	out := make([]claimed, 0, req.Limit)
+	out := make([]claimed, 0, q.limit)
 	var until time.Time
 	var sc eventScanner
 	for rows.Next() {
 		var c claimed
 		if err := rows.Scan(append(sc.dests(&c.ev), &until, &c.pos)...); err != nil {
-			rows.Close()
 			return core.Batch{}, wrap("claim: read event", err)
 		}
 		sc.finish(&c.ev)
@@ -77,7 +99,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 	for i := range out {
 		events[i] = out[i].ev
 	}
-	return core.Batch{Lease: core.Lease{Token: token, Until: until}, Events: events}, nil
+	return core.Batch{Lease: core.Lease{Token: q.token, Until: until}, Events: events}, nil
 }
 
 func cmpInt64(a, b int64) int {
@@ -109,22 +131,39 @@ func cmpInt64(a, b int64) int {
 // Error texts are cut to 4 KiB and made valid UTF-8 without NUL, which text
 // columns cannot hold.
 func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
+	q, err := s.settleQuery(req)
+	if err != nil || q.sql == "" {
+		return err
+	}
+	rows, err := s.pool.Query(ctx, q.sql, q.args...)
+	if err != nil {
+		return wrap("settle", err)
+	}
+	return q.read(rows, req)
+}
+
+// settlement is a prepared settle: its SQL and arguments, and the IDs it
+// must see come back. An empty sql means there is nothing to settle.
+type settlement struct {
+	sql  string
+	args []any
+	seen map[core.ID]struct{}
+}
+
+func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 	if len(req.Outcomes) == 0 {
-		return nil
+		return settlement{}, nil
 	}
 	if req.Lease.Token.IsZero() {
-		return fmt.Errorf("outboxkit/postgres: settle: the lease token is zero: pass the Lease from Claim")
+		return settlement{}, fmt.Errorf("outboxkit/postgres: settle: the lease token is zero: pass the Lease from Claim")
 	}
 	n := len(req.Outcomes)
 	ids := make([]pgtype.UUID, n)
 	seen := make(map[core.ID]struct{}, n)
 	allPublished := true
 	for i, o := range req.Outcomes {
-		if o.ID.IsZero() {
-			return fmt.Errorf("outboxkit/postgres: settle: outcome %d has a zero event ID", i)
-		}
 		if _, dup := seen[o.ID]; dup {
-			return fmt.Errorf("outboxkit/postgres: settle: event %s has two outcomes", o.ID)
+			return settlement{}, fmt.Errorf("outboxkit/postgres: settle: event %s has two outcomes", o.ID)
 		}
 		seen[o.ID] = struct{}{}
 		ids[i] = pgtype.UUID{Bytes: o.ID, Valid: true}
@@ -135,13 +174,12 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 	token := pgtype.UUID{Bytes: req.Lease.Token, Valid: true}
 	now := optionalTime(req.Now)
 
-	var rows pgx.Rows
-	var err error
+	q := settlement{seen: seen}
 	switch {
 	case allPublished && s.cfg.DeletePublished:
-		rows, err = s.pool.Query(ctx, s.deleteSQL, token, ids)
+		q.sql, q.args = s.deleteSQL, []any{token, ids}
 	case allPublished:
-		rows, err = s.pool.Query(ctx, s.publishSQL, token, now, ids)
+		q.sql, q.args = s.publishSQL, []any{token, now, ids}
 	default:
 		var published []pgtype.UUID
 		others := ids
@@ -165,7 +203,7 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 			case core.Released:
 				kind = kindReleased
 			default:
-				return fmt.Errorf("outboxkit/postgres: settle: event %s has unknown outcome kind %d", o.ID, int(o.Kind))
+				return settlement{}, fmt.Errorf("outboxkit/postgres: settle: event %s has unknown outcome kind %d", o.ID, int(o.Kind))
 			}
 			if s.cfg.DeletePublished {
 				if kind == kindPublished {
@@ -179,32 +217,82 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 			delays = append(delays, delay)
 		}
 		if s.cfg.DeletePublished {
-			rows, err = s.pool.Query(ctx, s.settleDeleteSQL, token, now, others, kinds, errs, delays, published)
+			q.sql, q.args = s.settleDeleteSQL, []any{token, now, others, kinds, errs, delays, published}
 		} else {
-			rows, err = s.pool.Query(ctx, s.settleSQL, token, now, ids, kinds, errs, delays)
+			q.sql, q.args = s.settleSQL, []any{token, now, ids, kinds, errs, delays}
 		}
 	}
-	if err != nil {
-		return wrap("settle", err)
-	}
+	return q, nil
+}
+
+// read consumes the settle's RETURNING ids and reports the events whose
+// lease token no longer matched.
+func (q settlement) read(rows pgx.Rows, req core.SettleRequest) error {
 	var id pgtype.UUID
-	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
-		delete(seen, core.ID(id.Bytes))
+	_, err := pgx.ForEachRow(rows, []any{&id}, func() error {
+		delete(q.seen, core.ID(id.Bytes))
 		return nil
 	})
 	if err != nil {
 		return wrap("settle", err)
 	}
-	if len(seen) == 0 {
+	if len(q.seen) == 0 {
 		return nil
 	}
-	lost := make([]core.ID, 0, len(seen))
+	lost := make([]core.ID, 0, len(q.seen))
 	for _, o := range req.Outcomes { // keep the caller's order
-		if _, ok := seen[o.ID]; ok {
+		if _, ok := q.seen[o.ID]; ok {
 			lost = append(lost, o.ID)
 		}
 	}
 	return &core.LeaseLostError{IDs: lost}
+}
+
+// SettleAndClaim implements core.SettleClaimer: the settle of one batch and
+// the claim of the next travel in one pipelined round trip (a pgx batch),
+// which at high throughput saves a large share of the time per batch. The
+// two statements run in one implicit transaction, so either both take effect
+// or, when the round trip fails, neither does.
+func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
+	sq, err := s.settleQuery(sreq)
+	if err != nil {
+		return core.Batch{}, err, err
+	}
+	cq, err := s.claimQuery(creq)
+	if err != nil {
+		return core.Batch{}, s.Settle(ctx, sreq), err
+	}
+	if sq.sql == "" {
+		b, err := s.Claim(ctx, creq)
+		return b, nil, err
+	}
+	var b pgx.Batch
+	b.Queue(sq.sql, sq.args...)
+	b.Queue(cq.sql, cq.args...)
+	br := s.pool.SendBatch(ctx, &b)
+	rows, err := br.Query()
+	if err != nil {
+		err = wrap("settle and claim", errors.Join(err, br.Close()))
+		return core.Batch{}, err, err
+	}
+	settleErr := sq.read(rows, sreq)
+	if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
+		err := wrap("settle and claim", errors.Join(settleErr, br.Close()))
+		return core.Batch{}, err, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		err = wrap("settle and claim", errors.Join(err, br.Close()))
+		return core.Batch{}, err, err
+	}
+	batch, claimErr := cq.read(rows)
+	if err := br.Close(); err != nil {
+		// The implicit transaction did not commit: neither statement took
+		// effect.
+		err = wrap("settle and claim", err)
+		return core.Batch{}, err, err
+	}
+	return batch, settleErr, claimErr
 }
 
 // cleanErrorText makes a publish error storable in a text column.

@@ -75,6 +75,33 @@ func TestPlainSQLInsertIsRelayed(t *testing.T) {
 	})
 }
 
+// A row another service wrote with the nil UUID must not poison its batch:
+// the relay publishes it (the consumer refuses it) and settles it with the
+// rest, instead of failing the whole settle and re-claiming the batch until
+// every event in it dead-letters.
+func TestNilUUIDRowSettlesWithItsBatch(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	s := newStore(t, db, postgres.Config{})
+	ctx := ctxT(t)
+	_, err := db.pool.Exec(ctx, fmt.Sprintf(`INSERT INTO %q.outbox_events (id, event_type, payload) VALUES
+		('00000000-0000-0000-0000-000000000000', 'odd', '{}'), (gen_random_uuid(), 'fine', '{}')`, db.schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := memory.NewPublisher()
+	relay, err := core.NewRelay(s, pub, &core.RelayConfig{BatchSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Drain(ctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if n := count(t, db, "published_at IS NOT NULL"); n != 2 {
+		t.Fatalf("%d rows published, want both", n)
+	}
+}
+
 // leaseRecorder remembers under which lease each event was last claimed, so
 // the publisher can tell which lease a publish happens under.
 type leaseRecorder struct {

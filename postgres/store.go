@@ -38,11 +38,12 @@ type Store struct {
 
 // Interface checks: the capabilities the relay and operators look for.
 var (
-	_ core.Store       = (*Store)(nil)
-	_ core.Notifier    = (*Store)(nil)
-	_ core.StatsReader = (*Store)(nil)
-	_ core.Replayer    = (*Store)(nil)
-	_ core.Pruner      = (*Store)(nil)
+	_ core.Store         = (*Store)(nil)
+	_ core.Notifier      = (*Store)(nil)
+	_ core.StatsReader   = (*Store)(nil)
+	_ core.Replayer      = (*Store)(nil)
+	_ core.Pruner        = (*Store)(nil)
+	_ core.SettleClaimer = (*Store)(nil)
 )
 
 // New returns a Store on pool, which serves the relay side (claims,

@@ -49,11 +49,12 @@ type row struct {
 }
 
 var (
-	_ core.Store       = (*Store)(nil)
-	_ core.Notifier    = (*Store)(nil)
-	_ core.StatsReader = (*Store)(nil)
-	_ core.Replayer    = (*Store)(nil)
-	_ core.Pruner      = (*Store)(nil)
+	_ core.Store         = (*Store)(nil)
+	_ core.Notifier      = (*Store)(nil)
+	_ core.StatsReader   = (*Store)(nil)
+	_ core.Replayer      = (*Store)(nil)
+	_ core.Pruner        = (*Store)(nil)
+	_ core.SettleClaimer = (*Store)(nil)
 )
 
 // NewStore returns an empty store. cfg may be nil.
@@ -241,6 +242,17 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 		return &core.LeaseLostError{IDs: lost}
 	}
 	return nil
+}
+
+// SettleAndClaim implements core.SettleClaimer. In memory there is no round
+// trip to save; it exists so relay tests exercise the pipelined path.
+func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
+	settleErr := s.Settle(ctx, sreq)
+	if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
+		return core.Batch{}, settleErr, settleErr
+	}
+	b, claimErr := s.Claim(ctx, creq)
+	return b, settleErr, claimErr
 }
 
 // Listen implements core.Notifier: Add wakes every listener.

@@ -317,6 +317,41 @@ func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {
 		}
 	})
 
+	if _, ok := newStoreProbe(newStore, t).(core.SettleClaimer); ok {
+		t.Run("SettleAndClaim", func(t *testing.T) {
+			s, w := plain(t)
+			sc := s.(core.SettleClaimer)
+			events := []core.Event{newEvent("a", t0), newEvent("b", t0.Add(time.Second)), newEvent("c", t0.Add(2*time.Second))}
+			write(t, w, events...)
+			now := t0.Add(time.Minute)
+			first := claim(t, s, 1, now)
+			assertIDs(t, "first claim", first.Events, events[0].ID)
+			next, settleErr, claimErr := sc.SettleAndClaim(ctx,
+				core.SettleRequest{Lease: first.Lease, Now: now, Outcomes: []core.Outcome{{ID: events[0].ID, Kind: core.Published}}},
+				core.ClaimRequest{Limit: 1, LeaseFor: lease, Now: now})
+			if settleErr != nil || claimErr != nil {
+				t.Fatalf("SettleAndClaim: settle %v, claim %v", settleErr, claimErr)
+			}
+			assertIDs(t, "claimed with the settle", next.Events, events[1].ID)
+			if next.Lease.Token == first.Lease.Token {
+				t.Fatal("the pipelined claim reused the settled lease's token")
+			}
+			// A stale settle is refused while the claim still goes ahead.
+			later := now.Add(lease + time.Second)
+			fresh := claim(t, s, 1, later) // takes events[1] over
+			assertIDs(t, "reclaim after expiry", fresh.Events, events[1].ID)
+			next2, settleErr, claimErr := sc.SettleAndClaim(ctx,
+				core.SettleRequest{Lease: next.Lease, Now: later, Outcomes: []core.Outcome{{ID: events[1].ID, Kind: core.Published}}},
+				core.ClaimRequest{Limit: 10, LeaseFor: lease, Now: later})
+			if !errors.Is(settleErr, core.ErrLeaseLost) || claimErr != nil {
+				t.Fatalf("stale SettleAndClaim: settle %v (want ErrLeaseLost), claim %v", settleErr, claimErr)
+			}
+			assertIDs(t, "claim beside a stale settle", next2.Events, events[2].ID)
+			if err := settle(t, s, fresh, later, core.Published, 0); err != nil {
+				t.Fatalf("the stale settle disturbed the current lease: %v", err)
+			}
+		})
+	}
 	if features.DestinationFilter {
 		t.Run("DestinationFilter", func(t *testing.T) {
 			s, w := plain(t)
@@ -492,6 +527,13 @@ func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {
 			}
 		})
 	}
+}
+
+// newStoreProbe makes one store to learn which optional interfaces the
+// factory's stores implement.
+func newStoreProbe(newStore StoreFactory, t *testing.T) core.Store {
+	s, _ := newStore(t, StoreOptions{})
+	return s
 }
 
 func testOrdering(t *testing.T, newStore StoreFactory,

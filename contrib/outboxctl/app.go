@@ -156,9 +156,9 @@ func (a *app) dispatch(ctx context.Context, name string, args []string) error {
 // them too, so they may come before or after the command name.
 func (a *app) registerGlobals(fs *flagSet) {
 	fs.StringVar(&a.g.databaseURL, "database-url", a.g.databaseURL,
-		"PostgreSQL URL (env DATABASE_URL; when neither is set, the local development database "+localDatabaseURL+", with a warning)")
-	fs.StringVar(&a.g.schema, "schema", a.g.schema, "schema holding the outbox tables (env OUTBOX_SCHEMA)")
-	fs.StringVar(&a.g.table, "table", a.g.table, "outbox table name; the other tables are named after it (env OUTBOX_TABLE)")
+		"PostgreSQL `URL` (env DATABASE_URL; when neither is set, the local development database "+localDatabaseURL+", with a warning)")
+	fs.StringVar(&a.g.schema, "schema", a.g.schema, "`schema` holding the outbox tables (env OUTBOX_SCHEMA)")
+	fs.StringVar(&a.g.table, "table", a.g.table, "outbox `table` name; the other tables are named after it (env OUTBOX_TABLE)")
 }
 
 // exit prints err (if any) as one line and returns the exit code.

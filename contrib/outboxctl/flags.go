@@ -92,7 +92,7 @@ func (a *app) usage(fs *flagSet) {
 		case isURLFlag(f.Name):
 			def = redactURLs(def)
 		}
-		if def != "" && def != "false" && def != "0" && def != "[]" {
+		if def != "" && def != "false" && def != "0" && def != "-1" && def != "[]" {
 			usage += fmt.Sprintf(" (default %s)", def)
 		}
 		fmt.Fprintf(w, "      %s\n", usage)

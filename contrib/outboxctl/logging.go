@@ -15,7 +15,7 @@ type logFlags struct {
 
 func (l *logFlags) register(fs *flagSet) {
 	fs.StringVar(&l.format, "log-format", "text", "log `format`: text or json (one JSON object per line, for log shippers)")
-	fs.StringVar(&l.level, "log-level", "info", "lowest `level` logged: debug, info, warn or error (debug logs every batch)")
+	fs.StringVar(&l.level, "log-level", "info", "lowest `level` logged: debug, info, warn or error (the relay logs every batch at debug)")
 }
 
 // logger returns the slog logger the flags describe, writing to w (stderr:

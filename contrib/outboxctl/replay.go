@@ -39,7 +39,7 @@ func (a *app) cmdReplay(ctx context.Context, args []string) error {
 	since := fs.String("since", "", "only events created at or after this RFC 3339 `time`")
 	until := fs.String("until", "", "only events created before this RFC 3339 `time`")
 	deadOnly := fs.Bool("dead-only", false, "only dead-lettered events (not published ones)")
-	all := fs.Bool("all", false, "replay every published and dead-lettered event matching the other flags, or all of them")
+	all := fs.Bool("all", false, "with no other criterion: replay every published and dead-lettered event")
 	rest, err := a.parse(fs, args)
 	if err != nil {
 		return err

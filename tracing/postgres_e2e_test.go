@@ -61,15 +61,15 @@ CREATE TABLE `+o.table("shipments")+` (event_id text PRIMARY KEY)`); err != nil 
 func (o *tracedOutbox) table(name string) string { return pgx.Identifier{o.schema, name}.Sanitize() }
 
 // placeOrder is the request handler's transaction: the order row and its
-// event commit together. It passes the request's ctx to Add and does nothing
-// else for tracing.
-func (o *tracedOutbox) placeOrder(ctx context.Context, t *testing.T, orderID string, e core.Event) {
+// events commit together. It passes the request's ctx to Add and does
+// nothing else for tracing.
+func (o *tracedOutbox) placeOrder(ctx context.Context, t *testing.T, orderID string, events ...core.Event) {
 	t.Helper()
 	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO `+o.table("orders")+` (id) VALUES ($1)`, orderID); err != nil {
 			return err
 		}
-		return o.store.Add(ctx, tx, e)
+		return o.store.Add(ctx, tx, events...)
 	})
 	if err != nil {
 		t.Fatalf("place order %s: %v", orderID, err)

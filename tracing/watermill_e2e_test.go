@@ -177,3 +177,100 @@ func natsStream(t *testing.T) string {
 	})
 	return name
 }
+
+// TestEndToEndPostgresThroughOutboxSubscriber takes the other consumer path
+// of the Watermill guide: PostgreSQL as the broker. A Router consumes the
+// topic with outboxwatermill.OutboxSubscriber, whose relay runs
+// PublisherMiddleware, and the handler starts its span from msg.Context()
+// alone, which the subscriber fills from the event's headers. Each handler
+// span must be the child of its event's producer span, itself the request's
+// child. The request writes two events so that the relay's batch holds both:
+// the hand-off then has no single producer span in its ctx, and the trace
+// context can only come from the headers.
+func TestEndToEndPostgresThroughOutboxSubscriber(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+
+	const topic = "orders"
+	env := newOtelEnv(t, tracing.WithMessagingSystem("postgresql"))
+	db := newTracedOutbox(t, env.opts...)
+
+	// The relay hook reports each settled batch: by then the hand-off's
+	// Publish has returned and its producer spans have ended.
+	settled := make(chan core.SettleInfo, 4)
+	osub, err := outboxwatermill.NewOutboxSubscriber(db.store, &outboxwatermill.OutboxSubscriberConfig{
+		Middleware:  []core.PublisherMiddleware{tracing.PublisherMiddleware(env.opts...)},
+		Hooks:       []core.RelayHook{settleHook(settled)},
+		Propagators: env.prop,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = osub.Close() })
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddConsumerHandler("shipping", topic, osub, func(msg *message.Message) error {
+		_, span := env.tracer().Start(msg.Context(), "ship order",
+			trace.WithAttributes(attribute.String("messaging.message.id", msg.UUID)))
+		span.End()
+		return nil
+	})
+	runCtx, stop := context.WithCancel(ctx)
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-routerDone; err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	select {
+	case <-router.Running():
+	case err := <-routerDone:
+		t.Fatalf("router stopped before running: %v", err)
+	}
+
+	reqCtx, req := env.tracer().Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+	placed, paid := mustEvent(t, "order.placed"), mustEvent(t, "order.paid")
+	placed.Destination, paid.Destination = topic, topic
+	db.placeOrder(reqCtx, t, "9", placed, paid)
+	req.End()
+
+	published := map[core.ID]bool{}
+	for len(published) < 2 {
+		select {
+		case info := <-settled:
+			for _, o := range info.Outcomes {
+				if o.Kind != core.Published {
+					t.Fatalf("event %s settled %v (%s), want published", o.ID, o.Kind, o.Error)
+				}
+				published[o.ID] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("%d of 2 events acknowledged: %v", len(published), ctx.Err())
+		}
+	}
+
+	request := env.oneSpan(t, "POST /orders", core.ID{})
+	for _, e := range []core.Event{placed, paid} {
+		publish := env.oneSpan(t, "publish "+topic, e.ID)
+		ship := env.oneSpan(t, "ship order", e.ID)
+		sameTrace(t, request.SpanContext().TraceID(), publish, ship)
+		wantParent(t, publish, request)
+		wantParent(t, ship, publish)
+	}
+}
+
+// settleHook sends every settled batch on ch, dropping those it has no room
+// for.
+type settleHook chan<- core.SettleInfo
+
+func (h settleHook) AfterSettle(_ context.Context, info core.SettleInfo) {
+	select {
+	case h <- info:
+	default:
+	}
+}

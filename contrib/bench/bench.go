@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// bench runs the workloads and fills the report.
+type bench struct {
+	o     *options
+	admin *pgxpool.Pool // schema creation, preloads, checks
+	rep   *Report
+	log   io.Writer
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+// System names in the tables.
+const (
+	sysOutboxkit = "outboxkit"
+	sysDelete    = "outboxkit DeletePublished"
+	sysWatermill = "watermill forwarder"
+	sysCeiling   = "SQL ceiling"
+	sysPgbench   = "pgbench"
+	sysNotify    = "outboxkit NOTIFY (1 s poll)"
+	sysPoll      = "outboxkit poll 10 ms"
+	sysWmPoll    = "watermill poll 10 ms"
+)
+
+// runAll runs every selected workload, reps times each, and returns the
+// report (partial when an error stopped the run).
+func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) {
+	started := time.Now()
+	admin, err := newPool(ctx, o.dsn, 2)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	env, err := collectEnv(ctx, admin)
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{o: o, admin: admin, log: io.Discard, rep: &Report{Env: env, Options: RunConfig{
+		Workloads: o.workloads, Events: o.events, Reps: o.reps, Batches: o.batches, Rates: o.rates,
+		LatencySeconds: o.latencyFor.Seconds(), WriteSeconds: o.writeFor.Seconds(), Writers: o.writers,
+		Procs: o.procs, ProcsBatch: o.procBatch, QStashBatch: o.qsBatch, QStashConc: o.qsConc,
+		PreloadMethod:   fmt.Sprintf("preloads by COPY in transactions of %d rows, then VACUUM ANALYZE", preloadChunk),
+		CommandLineArgs: os.Args[1:],
+	}}}
+	if o.verbose {
+		b.log = stderr
+	}
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	steps := map[string]func(context.Context) error{
+		"drain": b.runDrain, "latency": b.runLatency, "write": b.runWrite, "qstash": b.runQStash, "scaleout": b.runScaleOut,
+	}
+	for _, w := range allWorkloads {
+		if !o.has(w) {
+			continue
+		}
+		if err = steps[w](ctx); err != nil {
+			err = fmt.Errorf("%s: %w", w, err)
+			break
+		}
+	}
+	b.finish()
+	b.rep.Env.LoadAfter = loadAvg()
+	b.rep.Options.WallSeconds = time.Since(started).Seconds()
+	if err == nil {
+		for _, c := range b.rep.Checks {
+			if !c.OK {
+				err = fmt.Errorf("check failed: %s %s %s rep %d: %s", c.Workload, c.Case, c.System, c.Rep, c.Detail)
+				break
+			}
+		}
+	}
+	return b.rep, err
+}
+
+// rotate returns xs starting at index k (mod len), so repetitions alternate
+// which system runs first and drift over a run does not favour one.
+func rotate[T any](xs []T, k int) []T {
+	k %= len(xs)
+	return append(append([]T(nil), xs[k:]...), xs[:k]...)
+}
+
+func (b *bench) runDrain(ctx context.Context) error {
+	n := b.o.events
+	systems := []string{sysOutboxkit, sysWatermill, sysCeiling}
+	if b.o.extras {
+		systems = append(systems, sysDelete)
+	}
+	for rep := 0; rep < b.o.reps; rep++ {
+		for _, batch := range b.o.batches {
+			cas := fmt.Sprintf("batch=%d", batch)
+			for _, sys := range rotate(systems, rep) {
+				prof := b.profilePath(rep, "drain", cas, sys)
+				var res drainResult
+				var err error
+				switch sys {
+				case sysOutboxkit:
+					res, err = b.drainOutboxkit(ctx, batch, false, prof)
+				case sysDelete:
+					res, err = b.drainOutboxkit(ctx, batch, true, prof)
+				case sysWatermill:
+					res, err = b.drainWatermill(ctx, batch, prof)
+				case sysCeiling:
+					res, err = b.drainCeiling(ctx, batch, prof)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", sys, cas, err)
+				}
+				b.logf("drain %s %s rep %d: %.0f events/s", cas, sys, rep+1, res.rate(n))
+				b.rep.add("drain", cas, sys, "events/s", res.rate(n))
+				if res.claimMs > 0 {
+					b.rep.add("drain", cas, sys, "claim ms", res.claimMs)
+					b.rep.add("drain", cas, sys, "settle ms", res.settleMs)
+				}
+				res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "drain", cas, sys, rep+1
+				b.rep.check(res.check)
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bench) runLatency(ctx context.Context) error {
+	type variant struct {
+		sys    string
+		notify bool
+		wm     bool
+	}
+	variants := []variant{{sys: sysNotify, notify: true}, {sys: sysPoll}}
+	if b.o.watermill {
+		variants = append(variants, variant{sys: sysWmPoll, wm: true})
+	}
+	for rep := 0; rep < b.o.reps; rep++ {
+		for _, rate := range b.o.rates {
+			cas := fmt.Sprintf("%d/s", rate)
+			for _, v := range rotate(variants, rep) {
+				prof := b.profilePath(rep, "latency", cas, v.sys)
+				var res latencyResult
+				var err error
+				if v.wm {
+					res, err = b.latencyWatermill(ctx, rate, prof)
+				} else {
+					res, err = b.latencyOutboxkit(ctx, rate, v.notify, prof)
+				}
+				if err != nil {
+					return fmt.Errorf("%s %s: %w", v.sys, cas, err)
+				}
+				b.logf("latency %s %s rep %d: p50 %v p99 %v max %v (%.0f/s)", cas, v.sys, rep+1, res.p50, res.p99, res.max, res.achieved)
+				b.rep.add("latency", cas, v.sys, "p50 ms", ms(res.p50))
+				b.rep.add("latency", cas, v.sys, "p99 ms", ms(res.p99))
+				b.rep.add("latency", cas, v.sys, "max ms", ms(res.max))
+				b.rep.add("latency", cas, v.sys, "committed/s", res.achieved)
+				res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "latency", cas, v.sys, rep+1
+				b.rep.check(res.check)
+			}
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func (b *bench) runWrite(ctx context.Context) error {
+	if _, err := pgbenchPath(); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "outboxkit-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b.rep.Notes = append(b.rep.Notes, "write workload: "+b.pgbenchCommand()+" (script per case, see docs/BENCHMARKS.md)")
+	for rep := 0; rep < b.o.reps; rep++ {
+		s, err := b.writeSchema(ctx)
+		if err != nil {
+			return err
+		}
+		channel := s.name + "." + "outbox_events"
+		for _, c := range rotate(b.writeCases(s, channel), rep) {
+			if err := resetWrite(ctx, s); err != nil {
+				_ = s.drop()
+				return err
+			}
+			var tps float64
+			if c.system == sysPgbench {
+				tps, err = b.writePgbench(ctx, c, dir)
+			} else {
+				tps, err = b.writeGo(ctx, s, c, b.profilePath(rep, "write", c.name, c.system))
+			}
+			if err != nil {
+				_ = s.drop()
+				return fmt.Errorf("%s %s: %w", c.system, c.name, err)
+			}
+			b.logf("write %s %s rep %d: %.0f tx/s", c.name, c.system, rep+1, tps)
+			b.rep.add("write", c.name, c.system, "tx/s", tps)
+		}
+		if err := s.drop(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *bench) runQStash(ctx context.Context) error {
+	n := b.o.events
+	cas := fmt.Sprintf("batch=%d concurrency=%d", b.o.qsBatch, b.o.qsConc)
+	for rep := 0; rep < b.o.reps; rep++ {
+		res, err := b.drainQStash(ctx, b.profilePath(rep, "qstash"))
+		if err != nil {
+			return err
+		}
+		b.logf("qstash rep %d: relay %.0f events/s, end to end %.0f events/s", rep+1, float64(n)/res.relaySeconds, float64(n)/res.e2eSeconds)
+		b.rep.add("qstash", cas, sysOutboxkit, "relay events/s", float64(n)/res.relaySeconds)
+		b.rep.add("qstash", cas, sysOutboxkit, "delivered events/s", float64(n)/res.e2eSeconds)
+		res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "qstash", cas, sysOutboxkit, rep+1
+		b.rep.check(res.check)
+	}
+	return nil
+}
+
+func (b *bench) runScaleOut(ctx context.Context) error {
+	n := b.o.events
+	for rep := 0; rep < b.o.reps; rep++ {
+		for _, procs := range b.o.procs {
+			cas := fmt.Sprintf("procs=%d", procs)
+			res, err := b.scaleOut(ctx, procs, rep)
+			if err != nil {
+				return fmt.Errorf("%s: %w", cas, err)
+			}
+			b.logf("scaleout %s rep %d: %.0f events/s, peak RSS %.1f MiB", cas, rep+1, float64(n)/res.seconds, res.maxHWMMiB)
+			sys := fmt.Sprintf("%s batch=%d", sysOutboxkit, b.o.procBatch)
+			b.rep.add("scaleout", cas, sys, "events/s", float64(n)/res.seconds)
+			b.rep.add("scaleout", cas, sys, "peak RSS MiB", res.maxHWMMiB)
+			b.rep.add("scaleout", cas, sys, "relay CPU µs/event", res.cpuUsPerEv)
+			b.rep.add("scaleout", cas, sys, "claim ms", res.claimMs)
+			b.rep.add("scaleout", cas, sys, "settle ms", res.settleMs)
+			res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "scaleout", cas, sys, rep+1
+			b.rep.check(res.check)
+		}
+	}
+	return nil
+}
+
+// finish computes ratios and judges the targets.
+func (b *bench) finish() {
+	r := b.rep
+	for _, batch := range b.o.batches {
+		cas := fmt.Sprintf("batch=%d", batch)
+		r.ratio("drain", cas, "outboxkit / watermill", "events/s", sysOutboxkit, sysWatermill)
+		r.ratio("drain", cas, "outboxkit / SQL ceiling", "events/s", sysOutboxkit, sysCeiling)
+		r.ratio("drain", cas, "watermill / SQL ceiling", "events/s", sysWatermill, sysCeiling)
+		r.ratio("drain", cas, "DeletePublished / SQL ceiling", "events/s", sysDelete, sysCeiling)
+	}
+	for _, cas := range []string{caseAlone, caseEvent, caseNoNotify} {
+		r.ratio("write", cas, "outboxkit / pgbench", "tx/s", sysOutboxkit, sysPgbench)
+	}
+	r.ratioOf("write", "outboxkit / pgbench UPDATE + INSERT", "tx/s", caseNoNotify, sysOutboxkit, caseEvent, sysPgbench)
+	r.ratioOf("write", "pgbench with NOTIFY / without", "tx/s", caseNotify, sysPgbench, caseEvent, sysPgbench)
+	r.ratioOf("write", "with event / alone (pgbench)", "tx/s", caseEvent, sysPgbench, caseAlone, sysPgbench)
+	r.ratioOf("write", "with event / alone (outboxkit)", "tx/s", caseEvent, sysOutboxkit, caseAlone, sysOutboxkit)
+	scaleSys := fmt.Sprintf("%s batch=%d", sysOutboxkit, b.o.procBatch)
+	for _, p := range b.o.procs {
+		if p != 1 {
+			r.ratioOf("scaleout", fmt.Sprintf("%d procs / 1 proc", p), "events/s", fmt.Sprintf("procs=%d", p), scaleSys, "procs=1", scaleSys)
+		}
+	}
+
+	ratioTarget := func(name, workload, cas, ratio string, op string, threshold float64) {
+		q := r.findRatio(workload, cas, ratio)
+		v := 0.0
+		if q != nil {
+			v = q.Median
+		}
+		r.target(name, v, q != nil, op, threshold, "×")
+	}
+	ratioTarget("drain batch 100 ≥ 3 × Watermill", "drain", "batch=100", "outboxkit / watermill", ">=", 3)
+	ratioTarget("drain batch 500 ≥ 3 × Watermill", "drain", "batch=500", "outboxkit / watermill", ">=", 3)
+	ratioTarget("drain batch 500 ≥ 60 % of the SQL ceiling", "drain", "batch=500", "outboxkit / SQL ceiling", ">=", 0.6)
+	seriesTarget := func(name, workload, cas, sys, metric, op string, threshold float64, unit string) {
+		s := r.find(workload, cas, sys, metric)
+		v := 0.0
+		if s != nil {
+			v = s.Median
+		}
+		r.target(name, v, s != nil, op, threshold, unit)
+	}
+	seriesTarget("latency p50 @1,000/s with NOTIFY", "latency", "1000/s", sysNotify, "p50 ms", "<=", 2, "ms")
+	seriesTarget("latency p99 @1,000/s with NOTIFY", "latency", "1000/s", sysNotify, "p99 ms", "<=", 10, "ms")
+	ratioTarget("write: UPDATE + Add ≥ 90 % of pgbench UPDATE + INSERT", "write", caseEvent, "outboxkit / pgbench", ">=", 0.9)
+	seriesTarget("qstashdev drain (delivered) ≥ 20,000 events/s", "qstash", fmt.Sprintf("batch=%d concurrency=%d", b.o.qsBatch, b.o.qsConc), sysOutboxkit, "delivered events/s", ">=", 20000, "events/s")
+	seriesTarget("relay peak RSS draining ≤ 64 MiB", "scaleout", "procs=1", scaleSys, "peak RSS MiB", "<=", 64, "MiB")
+	ratioTarget("4 relays ≥ 1 relay's throughput", "scaleout", "procs=4", "4 procs / 1 proc", ">=", 1)
+}

@@ -1,0 +1,32 @@
+// Command bench is outboxkit's comparative benchmark harness: it runs the
+// workloads of the benchmark protocol (shared BENCH.md, summarised in
+// docs/BENCHMARKS.md) against one PostgreSQL, side by side in one run, and
+// prints the medians of several repetitions with their ratios.
+//
+//	go run ./contrib/bench                       # everything, 3 repetitions
+//	go run ./contrib/bench -workloads drain -events 20000 -reps 1
+//	go run ./contrib/bench -json > results.json  # the table goes to stderr
+//
+// Systems compared, each draining into the same kind of in-process counting
+// sink:
+//
+//   - outboxkit: core.Relay over postgres.Store (leases, fencing and
+//     per-event outcomes intact);
+//   - watermill: Watermill's forwarder (components/forwarder) over
+//     watermill-sql v4 with DefaultPostgreSQLSchema and its offsets adapter,
+//     the same batch size (SubscribeBatchSize) and a 10 ms poll;
+//   - ceiling: the one-statement claim-and-mark run by the same Go client
+//     with two workers. It takes no lease, so it is not a valid relay: it
+//     bounds what any relay can do on this database.
+//
+// Workloads (-workloads, comma-separated): drain, latency, write, qstash,
+// scaleout. Each trial creates its own schema (bench_<random>) and drops it
+// afterwards; nothing else in the database is touched, except that the
+// write workload runs CHECKPOINT before each measurement so every run starts
+// with the same amount of dirty data.
+//
+// The scale-out workload starts relay processes by re-executing this program
+// with the hidden -role relay flag; each records (event ID, lease token) for
+// every event it publishes, and the parent checks that no event was published
+// twice under one lease.
+package main

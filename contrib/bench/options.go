@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// defaultDSN is the local server CI starts (trust authentication).
+const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// allWorkloads in the order a full run executes them.
+var allWorkloads = []string{"drain", "latency", "write", "qstash", "scaleout"}
+
+// options are the harness's flags.
+type options struct {
+	dsn        string
+	workloads  []string
+	events     int
+	reps       int
+	batches    []int
+	rates      []int
+	latencyFor time.Duration
+	writeFor   time.Duration
+	writers    int
+	procs      []int
+	procBatch  int
+	qsBatch    int
+	qsConc     int
+	watermill  bool
+	extras     bool
+	jsonOut    bool
+	profileDir string
+	verbose    bool
+
+	// Child-process role (hidden).
+	role      string
+	schema    string
+	record    string
+	cpuprof   string
+	childConc int
+}
+
+func (o *options) has(w string) bool { return slices.Contains(o.workloads, w) }
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dsn := os.Getenv("DATABASE_URL")
+	if dsn == "" {
+		dsn = defaultDSN
+	}
+	var workloads, batches, rates, procs string
+	fs.StringVar(&o.dsn, "dsn", dsn, "PostgreSQL connection URL (default $DATABASE_URL, else the local test server)")
+	fs.StringVar(&workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
+	fs.IntVar(&o.events, "events", 100_000, "events preloaded for the drain, qstash and scaleout workloads")
+	fs.IntVar(&o.reps, "reps", 3, "repetitions; tables show medians")
+	fs.StringVar(&batches, "batches", "100,500", "batch sizes for the drain workload")
+	fs.StringVar(&rates, "rates", "500,1000,2000", "events/s for the latency workload")
+	fs.DurationVar(&o.latencyFor, "latency-duration", 10*time.Second, "length of each paced latency run")
+	fs.DurationVar(&o.writeFor, "write-duration", 10*time.Second, "length of each write-overhead run (pgbench -T)")
+	fs.IntVar(&o.writers, "writers", 8, "concurrent writers (write workload) and producers (latency workload)")
+	fs.StringVar(&procs, "procs", "1,2,4", "relay process counts for the scaleout workload")
+	fs.IntVar(&o.procBatch, "procs-batch", 100, "relay batch size in the scaleout workload")
+	fs.IntVar(&o.qsBatch, "qstash-batch", 100, "relay batch size in the qstash workload")
+	fs.IntVar(&o.qsConc, "qstash-concurrency", 2, "relay Concurrency in the qstash workload")
+	fs.BoolVar(&o.watermill, "watermill-latency", true, "also measure Watermill's forwarder latency (10 ms poll)")
+	fs.BoolVar(&o.extras, "extras", true, "also run the diagnostic variants (DeletePublished drain, NOTIFY costs in the write workload)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print JSON results on stdout (the table goes to stderr)")
+	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for CPU profiles of the first repetition of each run")
+	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")
+	// Used when the harness re-executes itself as a relay process.
+	fs.StringVar(&o.role, "role", "", "internal: \"relay\" runs one relay process of the scaleout workload")
+	fs.StringVar(&o.schema, "schema", "", "internal: schema of the relay process")
+	fs.StringVar(&o.record, "record", "", "internal: file the relay process records (event ID, lease token) in")
+	fs.StringVar(&o.cpuprof, "relay-cpuprofile", "", "internal: CPU profile file of the relay process")
+	fs.IntVar(&o.childConc, "relay-concurrency", 0, "internal: relay Concurrency of the relay process (0: default)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	for _, w := range splitList(workloads) {
+		if !slices.Contains(allWorkloads, w) {
+			return nil, fmt.Errorf("-workloads: unknown workload %q (known: %s)", w, strings.Join(allWorkloads, ","))
+		}
+		o.workloads = append(o.workloads, w)
+	}
+	if o.batches, err = intList("batches", batches); err != nil {
+		return nil, err
+	}
+	if o.rates, err = intList("rates", rates); err != nil {
+		return nil, err
+	}
+	if o.procs, err = intList("procs", procs); err != nil {
+		return nil, err
+	}
+	switch {
+	case o.events < 1:
+		return nil, errors.New("-events must be at least 1")
+	case o.reps < 1:
+		return nil, errors.New("-reps must be at least 1")
+	case o.writers < 1:
+		return nil, errors.New("-writers must be at least 1")
+	case o.latencyFor <= 0 || o.writeFor <= 0:
+		return nil, errors.New("-latency-duration and -write-duration must be positive")
+	case o.procBatch < 1 || o.qsBatch < 1 || o.qsConc < 1:
+		return nil, errors.New("-procs-batch, -qstash-batch and -qstash-concurrency must be at least 1")
+	}
+	return o, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func intList(name, s string) ([]int, error) {
+	var out []int
+	for _, p := range splitList(s) {
+		v, err := strconv.Atoi(p)
+		if err != nil || v < 1 {
+			return nil, fmt.Errorf("-%s: %q is not a positive integer", name, p)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-%s is empty", name)
+	}
+	return out, nil
+}
+
+// run is main without the process: it returns the exit code.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	if o.role == "relay" {
+		if err := runRelayProcess(ctx, o, stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "bench relay:", err)
+			return 1
+		}
+		return 0
+	}
+	if o.role != "" {
+		fmt.Fprintf(stderr, "bench: unknown -role %q\n", o.role)
+		return 2
+	}
+	rep, err := runAll(ctx, o, stderr)
+	if rep != nil {
+		if o.jsonOut {
+			rep.writeTables(stderr)
+			if jerr := rep.writeJSON(stdout); jerr != nil && err == nil {
+				err = jerr
+			}
+		} else {
+			rep.writeTables(stdout)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}

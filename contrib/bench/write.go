@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// accountRows is the size of the business table the write workload
+// updates: large enough that 8 writers rarely touch the same row.
+const accountRows = 100_000
+
+// writeCase names one write measurement.
+type writeCase struct {
+	name   string // table row
+	system string // "pgbench" or "outboxkit"
+	// pgbench: the transaction script (after the \set line); outboxkit:
+	// event says whether to Add an event, notify whether the store sends
+	// NOTIFY.
+	script string
+	event  bool
+	notify bool
+}
+
+const (
+	caseAlone    = "UPDATE alone"
+	caseEvent    = "UPDATE + event"
+	caseNoNotify = "UPDATE + event, NOTIFY off"
+	caseNotify   = "UPDATE + event + NOTIFY"
+)
+
+// writeCases returns the measurements of one repetition: each business
+// transaction run by pgbench and by the Go client through outboxkit.
+func (b *bench) writeCases(s *schema, channel string) []writeCase {
+	accounts := s.table("accounts")
+	outbox := s.table(postgres.DefaultTable)
+	update := `UPDATE ` + accounts + ` SET balance = balance + 1 WHERE id = :aid;`
+	insert := `INSERT INTO ` + outbox + ` (id, event_type, payload) VALUES (gen_random_uuid(), 'bench', '` + benchPayload + `')`
+	cases := []writeCase{
+		{name: caseAlone, system: "pgbench", script: "BEGIN;\n" + update + "\nEND;\n"},
+		{name: caseAlone, system: "outboxkit"},
+		{name: caseEvent, system: "pgbench", script: "BEGIN;\n" + update + "\n" + insert + ";\nEND;\n"},
+		{name: caseEvent, system: "outboxkit", event: true, notify: true},
+	}
+	if b.o.extras {
+		// The store's default sends NOTIFY in the INSERT's statement; these
+		// two show what that costs on each side.
+		cases = append(cases,
+			writeCase{name: caseNoNotify, system: "outboxkit", event: true},
+			writeCase{name: caseNotify, system: "pgbench", script: "BEGIN;\n" + update + "\nWITH ins AS (" + insert + ") SELECT pg_notify('" + channel + "', '');\nEND;\n"},
+		)
+	}
+	return cases
+}
+
+// writeSchema creates the outbox and the business table.
+func (b *bench) writeSchema(ctx context.Context) (*schema, error) {
+	s, err := outboxSchema(ctx, b.admin)
+	if err != nil {
+		return nil, err
+	}
+	_, err = b.admin.Exec(ctx, `CREATE TABLE `+s.table("accounts")+` (id integer PRIMARY KEY, balance bigint NOT NULL DEFAULT 0);
+INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+strconv.Itoa(accountRows)+`);`)
+	if err == nil {
+		_, err = b.admin.Exec(ctx, `VACUUM ANALYZE `+s.table("accounts"))
+	}
+	if err != nil {
+		_ = s.drop()
+		return nil, fmt.Errorf("create accounts: %w", err)
+	}
+	return s, nil
+}
+
+// resetWrite empties the outbox, vacuums the business table and
+// checkpoints, so every measurement starts from the same state: the same
+// table sizes and no dirty pages that the previous one left to flush.
+func resetWrite(ctx context.Context, s *schema) error {
+	for _, q := range []string{
+		`TRUNCATE ` + s.table(postgres.DefaultTable),
+		`VACUUM ANALYZE ` + s.table("accounts"),
+		`VACUUM ANALYZE ` + s.table(postgres.DefaultTable),
+		`CHECKPOINT`,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("%s: %w", q, err)
+		}
+	}
+	return nil
+}
+
+// writeGo runs writers goroutines for d, each committing business
+// transactions (UPDATE one random account, and with event an outbox event
+// through postgres.Store.Add) back to back. It returns transactions per
+// second.
+func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile string) (float64, error) {
+	pool, err := newPool(ctx, b.o.dsn, int32(b.o.writers))
+	if err != nil {
+		return 0, err
+	}
+	defer pool.Close()
+	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: !c.notify})
+	if err != nil {
+		return 0, err
+	}
+	update := `UPDATE ` + s.table("accounts") + ` SET balance = balance + 1 WHERE id = $1`
+	payload := []byte(benchPayload)
+	tx1 := func(ctx context.Context, rng *rand.Rand) error {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
+		if _, err := tx.Exec(ctx, update, rng.IntN(accountRows)+1); err != nil {
+			return err
+		}
+		if c.event {
+			if err := store.Add(ctx, tx, core.Event{ID: core.NewID(), Type: "bench", Payload: payload}); err != nil {
+				return err
+			}
+		}
+		return tx.Commit(ctx)
+	}
+	stopProf := startProfile(profile)
+	defer stopProf()
+	return closedLoop(ctx, b.o.writers, b.o.writeFor, tx1)
+}
+
+// closedLoop runs fn back to back from workers goroutines for d and returns
+// calls per second.
+func closedLoop(ctx context.Context, workers int, d time.Duration, fn func(context.Context, *rand.Rand) error) (float64, error) {
+	var done atomic.Int64
+	var errs onceErr
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, seed))
+			for time.Now().Before(deadline) && ctx.Err() == nil && errs.get() == nil {
+				if err := fn(ctx, rng); err != nil {
+					errs.set(err)
+					return
+				}
+				done.Add(1)
+			}
+		}(uint64(w + 1))
+	}
+	wg.Wait()
+	if err := errs.get(); err != nil {
+		return 0, err
+	}
+	return float64(done.Load()) / time.Since(start).Seconds(), ctx.Err()
+}
+
+var tpsLine = regexp.MustCompile(`(?m)^tps = ([0-9.]+)`)
+
+// pgbenchPath finds pgbench on PATH or in Debian's PostgreSQL directories.
+func pgbenchPath() (string, error) {
+	if p, err := exec.LookPath("pgbench"); err == nil {
+		return p, nil
+	}
+	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pgbench"); len(m) > 0 {
+		return m[len(m)-1], nil
+	}
+	return "", fmt.Errorf("pgbench not found: install the PostgreSQL client package (Debian: postgresql-client) or leave out -workloads write")
+}
+
+// pgbenchArgs returns the command line, and environment, that runs script
+// like the Go writers: `pgbench -n -c <writers> -T <seconds> -f script`.
+func (b *bench) pgbenchArgs(script string) ([]string, []string, error) {
+	cfg, err := pgx.ParseConfig(b.o.dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	args := []string{"-n", "-c", strconv.Itoa(b.o.writers), "-T", strconv.Itoa(int(b.o.writeFor.Round(time.Second) / time.Second)),
+		"-f", script, "-h", cfg.Host, "-p", strconv.Itoa(int(cfg.Port)), "-U", cfg.User, cfg.Database}
+	env := os.Environ()
+	if cfg.Password != "" {
+		env = append(env, "PGPASSWORD="+cfg.Password)
+	}
+	// libpq prefers TLS when the server offers it; the Go client here
+	// follows the DSN, so pgbench must too, or it would pay for encryption
+	// the Go client does not.
+	if cfg.TLSConfig == nil {
+		env = append(env, "PGSSLMODE=disable")
+	} else {
+		env = append(env, "PGSSLMODE=require")
+	}
+	return args, env, nil
+}
+
+// writePgbench runs one pgbench measurement and returns its tps.
+func (b *bench) writePgbench(ctx context.Context, c writeCase, dir string) (float64, error) {
+	bin, err := pgbenchPath()
+	if err != nil {
+		return 0, err
+	}
+	script := filepath.Join(dir, "script.sql")
+	body := fmt.Sprintf("\\set aid random(1, %d)\n%s", accountRows, c.script)
+	if err := os.WriteFile(script, []byte(body), 0o600); err != nil {
+		return 0, err
+	}
+	args, env, err := b.pgbenchArgs(script)
+	if err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("pgbench %s: %v\n%s", strings.Join(args, " "), err, out.String())
+	}
+	m := tpsLine.FindSubmatch(out.Bytes())
+	if m == nil {
+		return 0, fmt.Errorf("pgbench printed no tps line:\n%s", out.String())
+	}
+	return strconv.ParseFloat(string(m[1]), 64)
+}
+
+// pgbenchCommand is the command line to quote in the report.
+func (b *bench) pgbenchCommand() string {
+	args, _, err := b.pgbenchArgs("script.sql")
+	if err != nil {
+		return ""
+	}
+	return "pgbench " + strings.Join(args, " ")
+}

@@ -200,14 +200,11 @@ func (nopStore) Settle(context.Context, core.SettleRequest) error { return nil }
 
 func nopPublish(context.Context, []core.Event) error { return nil }
 
-// batchLogger logs every settled batch at debug level, and settle failures
-// at warn: the relay itself logs publish failures.
+// batchLogger logs every settled batch at debug level, for following a
+// relay's work live; failures are logged by the relay itself.
 type batchLogger struct{ log *slog.Logger }
 
 func (b batchLogger) AfterSettle(ctx context.Context, info core.SettleInfo) {
-	if info.Err != nil && !errors.Is(info.Err, core.ErrLeaseLost) {
-		b.log.WarnContext(ctx, "settling a batch failed; its events will be published again after their lease", "events", len(info.Events), "error", info.Err)
-	}
 	if !b.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}

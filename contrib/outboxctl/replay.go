@@ -126,7 +126,7 @@ func parseIDs(raw []string) ([]core.ID, error) {
 	return out, nil
 }
 
-// since formats an RFC 3339 time or "-" for the zero time.
+// rfc3339 formats t in UTC, or "-" for the zero time.
 func rfc3339(t time.Time) string {
 	if t.IsZero() {
 		return "-"

@@ -27,16 +27,27 @@
 //
 // # Write side
 //
-// A store that takes a write hook, a func(ctx context.Context, e
-// *core.Event) it calls on every event it adds, is configured once with
-// NewInjector, so no service code has to remember to propagate anything:
+// The PostgreSQL store calls Config.BeforeAdd on every event it adds, with
+// Add's ctx; NewInjector is such a hook. Configure it once, and service
+// code passes its request's ctx to Add and nothing else:
 //
-//	hook := tracing.NewInjector(opts...) // the store's write hook
+//	store, err := postgres.New(pool, &postgres.Config{
+//		BeforeAdd: tracing.NewInjector(opts...),
+//	})
+//	...
+//	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+//		// ... business writes through tx ...
+//		return store.Add(ctx, tx, event) // carries ctx's trace context
+//	})
 //
-// For a store with no such hook, call Inject on the events before Add:
+// The hook edits copies: the caller's events keep their headers. A store
+// without such a hook (memory.Store) takes Inject before Add instead:
 //
 //	tracing.Inject(ctx, events, opts...)
 //	err = store.Add(ctx, events...)
+//
+// outboxwatermill.TxPublisher injects the trace context of each message's
+// Context on its own.
 //
 // # Relay
 //
@@ -51,14 +62,39 @@
 //
 // # Consumer
 //
+// HandlerMiddleware must run outside the deduplication step: Deduper then
+// records on the consumer span whether the effect ran (DedupeAppliedKey) or
+// was a suppressed duplicate, and counts duplicates, so a duplicate
+// delivery still shows in its trace, as a consumer span with no handler
+// spans below it. A qstash.Receiver runs the deduplication itself and takes
+// the middleware that goes around it in ReceiverConfig.Middleware:
+//
+//	dedup, err := postgres.NewDeduper(pool, nil)
+//	...
+//	receiver, err := qstash.NewReceiver(&qstash.ReceiverConfig{
+//		// signing keys, URL, ...
+//		Handler:    mux,
+//		Middleware: []core.HandlerMiddleware{tracing.HandlerMiddleware(opts...)},
+//		Deduper:    tracing.Deduper(dedup, opts...),
+//		Consumer:   "shipping",
+//	})
+//
+// (On ReceiverConfig.Handler instead, HandlerMiddleware would run inside the
+// Deduper: duplicates would get no span, and the decision would not be
+// recorded.) Elsewhere, chain the handler yourself, in the same order:
+//
 //	h := core.ChainHandler(mux,
 //		tracing.HandlerMiddleware(opts...),
 //		core.Recover(),
-//		core.Idempotent(tracing.Deduper(deduper, opts...), "billing"))
+//		core.Idempotent(tracing.Deduper(dedup, opts...), "shipping"))
 //
-// HandlerMiddleware must be outside core.Idempotent: Deduper records on the
-// consumer span whether the effect ran (DedupeAppliedKey) or was a suppressed
-// duplicate, and counts duplicates.
+// A Watermill handler whose subscriber is a broker's own (watermill-nats,
+// say) rebuilds the event with outboxwatermill.EventFromMessage and runs h
+// on it with msg.Context(); since a message does not carry its topic, give
+// the consumer's options WithDestination for the subscribed topic. The
+// outboxwatermill subscribers (OutboxSubscriber, QStashSubscriber) also put
+// the event's trace context in msg.Context(), so a handler that only starts
+// spans from msg.Context() joins the trace as well.
 //
 // # Store metrics
 //

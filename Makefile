@@ -40,3 +40,4 @@ examples-smoke:
 	$(GO) run ./examples/inmemory
 	$(GO) run ./examples/quickstart
 	$(GO) run ./examples/jaeger -otlp-endpoint=
+	$(GO) run ./examples/custom-adapter

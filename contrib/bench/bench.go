@@ -123,6 +123,8 @@ func (b *bench) runDrain(ctx context.Context) error {
 				}
 				b.logf("drain %s %s rep %d: %.0f events/s", cas, sys, rep+1, res.rate(n))
 				b.rep.add("drain", cas, sys, "events/s", res.rate(n))
+				b.rep.add("drain", cas, sys, "Go CPU µs/event", res.procCPU)
+				b.rep.add("drain", cas, sys, "PG CPU µs/event", res.dbCPU)
 				if res.claimMs > 0 {
 					b.rep.add("drain", cas, sys, "claim ms", res.claimMs)
 					b.rep.add("drain", cas, sys, "settle ms", res.settleMs)
@@ -227,6 +229,8 @@ func (b *bench) runQStash(ctx context.Context) error {
 		b.logf("qstash rep %d: relay %.0f events/s, end to end %.0f events/s", rep+1, float64(n)/res.relaySeconds, float64(n)/res.e2eSeconds)
 		b.rep.add("qstash", cas, sysOutboxkit, "relay events/s", float64(n)/res.relaySeconds)
 		b.rep.add("qstash", cas, sysOutboxkit, "delivered events/s", float64(n)/res.e2eSeconds)
+		b.rep.add("qstash", cas, sysOutboxkit, "Go CPU µs/event (relay+qstashdev+consumer)", res.procCPU)
+		b.rep.add("qstash", cas, sysOutboxkit, "PG CPU µs/event", res.dbCPU)
 		res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "qstash", cas, sysOutboxkit, rep+1
 		b.rep.check(res.check)
 	}
@@ -246,7 +250,8 @@ func (b *bench) runScaleOut(ctx context.Context) error {
 			sys := fmt.Sprintf("%s batch=%d", sysOutboxkit, b.o.procBatch)
 			b.rep.add("scaleout", cas, sys, "events/s", float64(n)/res.seconds)
 			b.rep.add("scaleout", cas, sys, "peak RSS MiB", res.maxHWMMiB)
-			b.rep.add("scaleout", cas, sys, "relay CPU µs/event", res.cpuUsPerEv)
+			b.rep.add("scaleout", cas, sys, "Go CPU µs/event", res.cpuUsPerEv)
+			b.rep.add("scaleout", cas, sys, "PG CPU µs/event", res.dbUsPerEv)
 			b.rep.add("scaleout", cas, sys, "claim ms", res.claimMs)
 			b.rep.add("scaleout", cas, sys, "settle ms", res.settleMs)
 			res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "scaleout", cas, sys, rep+1

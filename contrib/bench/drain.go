@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
-	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -21,6 +21,8 @@ import (
 // drainResult is one timed drain.
 type drainResult struct {
 	seconds  float64
+	procCPU  float64 // µs of this process's CPU per event
+	dbCPU    float64 // µs of the system's PostgreSQL backends' CPU per event
 	claimMs  float64 // mean per Claim (outboxkit only)
 	settleMs float64 // mean per Settle (outboxkit only)
 	check    Check
@@ -68,6 +70,10 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 		return drainResult{}, err
 	}
 
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return drainResult{}, err
+	}
 	stopProf := startProfile(profile)
 	rctx, cancel := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
@@ -82,6 +88,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 		waitErr = ctx.Err()
 	}
 	elapsed := time.Since(start)
+	procCPU, dbCPU := meter.stop()
 	stopProf()
 	cancel()
 	if err := <-runErr; err != nil && waitErr == nil {
@@ -91,7 +98,8 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 		return drainResult{}, waitErr
 	}
 
-	res := drainResult{seconds: elapsed.Seconds(), claimMs: ist.claim.meanMillis(), settleMs: ist.settle.meanMillis()}
+	res := drainResult{seconds: elapsed.Seconds(), claimMs: ist.claim.meanMillis(), settleMs: ist.settle.meanMillis(),
+		procCPU: perEvent(procCPU, n), dbCPU: perEvent(dbCPU, n)}
 	left, err := pendingCount(ctx, s)
 	if err != nil {
 		return drainResult{}, err
@@ -145,6 +153,10 @@ func (b *bench) drainCeiling(ctx context.Context, batch int, profile string) (dr
 	sql := ceilingSQL(s)
 	sink := &countSink{}
 	errs := make(chan error, workers)
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return drainResult{}, err
+	}
 
 	stopProf := startProfile(profile)
 	start := time.Now()
@@ -158,6 +170,7 @@ func (b *bench) drainCeiling(ctx context.Context, batch int, profile string) (dr
 		}
 	}
 	elapsed := time.Since(start)
+	procCPU, dbCPU := meter.stop()
 	stopProf()
 	if firstErr != nil {
 		return drainResult{}, firstErr
@@ -167,7 +180,7 @@ func (b *bench) drainCeiling(ctx context.Context, batch int, profile string) (dr
 		return drainResult{}, err
 	}
 	got := sink.n.Load()
-	return drainResult{seconds: elapsed.Seconds(), check: Check{OK: left == 0 && got == int64(n),
+	return drainResult{seconds: elapsed.Seconds(), procCPU: perEvent(procCPU, n), dbCPU: perEvent(dbCPU, n), check: Check{OK: left == 0 && got == int64(n),
 		Detail: fmt.Sprintf("sink received %d of %d, %d rows still pending", got, n, left)}}, nil
 }
 
@@ -312,6 +325,10 @@ func (b *bench) drainWatermill(ctx context.Context, batch int, profile string) (
 		return drainResult{}, err
 	}
 
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return drainResult{}, err
+	}
 	stopProf := startProfile(profile)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -351,6 +368,7 @@ func (b *bench) drainWatermill(ctx context.Context, batch int, profile string) (
 	}
 	tick.Stop()
 	elapsed := time.Since(start)
+	procCPU, dbCPU := meter.stop()
 	stopProf()
 	closeErr := fwd.Close()
 	cancel()
@@ -361,6 +379,6 @@ func (b *bench) drainWatermill(ctx context.Context, batch int, profile string) (
 		return drainResult{}, fmt.Errorf("close forwarder: %w", closeErr)
 	}
 	got := sink.n.Load()
-	return drainResult{seconds: elapsed.Seconds(), check: Check{OK: got == int64(n) && acked >= lastOffset,
+	return drainResult{seconds: elapsed.Seconds(), procCPU: perEvent(procCPU, n), dbCPU: perEvent(dbCPU, n), check: Check{OK: got == int64(n) && acked >= lastOffset,
 		Detail: fmt.Sprintf("sink received %d of %d, offset acked %d of %d", got, n, acked, lastOffset)}}, nil
 }

@@ -10,7 +10,6 @@ import (
 	"math"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
@@ -34,6 +33,7 @@ type relayReport struct {
 	HWMKiB     int64   `json:"vm_hwm_kib"`
 	RSSKiB     int64   `json:"vm_rss_kib"`
 	CPUSeconds float64 `json:"cpu_seconds"`
+	DBSeconds  float64 `json:"db_cpu_seconds"`
 	ClaimMs    float64 `json:"claim_ms"`
 	SettleMs   float64 `json:"settle_ms"`
 }
@@ -123,8 +123,11 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 	if !in.Scan() || in.Text() != "go" {
 		return errors.New("parent did not say go")
 	}
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return err
+	}
 	stopProf := startProfile(o.cpuprof)
-	cpu0 := cpuTime()
 	rctx, cancel := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() { runErr <- relay.Run(rctx) }()
@@ -132,7 +135,7 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 	}
 	cancel()
 	err = <-runErr
-	cpu := cpuTime() - cpu0
+	cpu, dbCPU := meter.stop()
 	stopProf()
 	if err != nil {
 		return err
@@ -146,7 +149,7 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 	rep := relayReport{
 		Published: published, Settled: ctr.n.Load(), Lost: ctr.lost.Load(), NoLease: noLease,
 		HWMKiB: procField("/proc/self/status", "VmHWM"), RSSKiB: procField("/proc/self/status", "VmRSS"),
-		CPUSeconds: cpu.Seconds(), ClaimMs: ist.claim.meanMillis(), SettleMs: ist.settle.meanMillis(),
+		CPUSeconds: cpu.Seconds(), DBSeconds: dbCPU.Seconds(), ClaimMs: ist.claim.meanMillis(), SettleMs: ist.settle.meanMillis(),
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {
@@ -154,13 +157,4 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 	}
 	say("done %s", b)
 	return nil
-}
-
-// cpuTime is the user plus system CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -22,6 +22,7 @@ type scaleResult struct {
 	seconds    float64
 	maxHWMMiB  float64 // largest peak RSS among the relay processes
 	cpuUsPerEv float64 // relay processes' CPU per event, in µs
+	dbUsPerEv  float64 // their PostgreSQL backends' CPU per event, in µs
 	claimMs    float64
 	settleMs   float64
 	check      Check
@@ -165,7 +166,7 @@ func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, erro
 	elapsed := time.Since(start)
 
 	res := scaleResult{seconds: elapsed.Seconds()}
-	var cpu float64
+	var cpu, dbCPU float64
 	var claims, settles float64
 	for _, c := range children {
 		if _, err := io.WriteString(c.stdin, "stop\n"); err != nil {
@@ -181,6 +182,7 @@ func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, erro
 		}
 		res.maxHWMMiB = max(res.maxHWMMiB, float64(c.report.HWMKiB)/1024)
 		cpu += c.report.CPUSeconds
+		dbCPU += c.report.DBSeconds
 		claims += c.report.ClaimMs
 		settles += c.report.SettleMs
 	}
@@ -192,6 +194,7 @@ func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, erro
 	}
 	children = nil
 	res.cpuUsPerEv = cpu * 1e6 / float64(n)
+	res.dbUsPerEv = dbCPU * 1e6 / float64(n)
 	res.claimMs = claims / float64(procs)
 	res.settleMs = settles / float64(procs)
 

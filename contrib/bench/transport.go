@@ -20,6 +20,8 @@ import (
 type qstashResult struct {
 	relaySeconds float64 // every row settled as published (QStash accepted it)
 	e2eSeconds   float64 // every event delivered to the consumer endpoint
+	procCPU      float64 // µs per event of this process: relay, qstashdev and consumer
+	dbCPU        float64 // µs per event of the relay's PostgreSQL backends
 	check        Check
 }
 
@@ -117,6 +119,10 @@ func (b *bench) drainQStash(ctx context.Context, profile string) (qstashResult, 
 		return qstashResult{}, err
 	}
 
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return qstashResult{}, err
+	}
 	stopProf := startProfile(profile)
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -140,12 +146,14 @@ func (b *bench) drainQStash(ctx context.Context, profile string) (qstashResult, 
 			waitErr = ctx.Err()
 		}
 	}
+	procCPU, dbCPU := meter.stop()
 	stopProf()
 	cancel()
 	<-runErr
 	if waitErr != nil {
 		return qstashResult{}, waitErr
 	}
+	res.procCPU, res.dbCPU = perEvent(procCPU, n), perEvent(dbCPU, n)
 	left, err := pendingCount(ctx, s)
 	if err != nil {
 		return qstashResult{}, err

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// TestMain doubles as the relay process of the scale-out workload: the
+// harness re-executes its own binary, which under go test is this test
+// binary, with childEnv set.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestSmoke runs a tiny configuration of the harness end to end (drain of
+// every system, and scale-out with two relay processes) so CI keeps it
+// working, and checks what the full run relies on: every event arrived,
+// every row is marked, and no event was published twice under one lease.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs PostgreSQL and two relay processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"-workloads", "drain,scaleout", "-events", "2000", "-reps", "1",
+		"-batches", "100", "-procs", "2", "-json"}, nil, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("run exited %d:\n%s", code, stderr.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("JSON output: %v\n%s", err, stdout.String())
+	}
+
+	for _, sys := range []string{sysOutboxkit, sysWatermill, sysCeiling, sysDelete} {
+		s := rep.find("drain", "batch=100", sys, "events/s")
+		if s == nil || len(s.Values) != 1 || !(s.Median > 0) {
+			t.Errorf("drain %s: series %+v, want one positive value", sys, s)
+		}
+	}
+	scaleSys := fmt.Sprintf("%s batch=%d", sysOutboxkit, 100)
+	if s := rep.find("scaleout", "procs=2", scaleSys, "events/s"); s == nil || !(s.Median > 0) {
+		t.Errorf("scaleout procs=2: series %+v, want a positive throughput", s)
+	}
+	if s := rep.find("scaleout", "procs=2", scaleSys, "peak RSS MiB"); s == nil || !(s.Median > 1) {
+		t.Errorf("scaleout procs=2: peak RSS %+v, want a measurement", s)
+	}
+
+	var drains, scales int
+	for _, c := range rep.Checks {
+		if !c.OK {
+			t.Errorf("check failed: %+v", c)
+		}
+		switch c.Workload {
+		case "drain":
+			drains++
+		case "scaleout":
+			scales++
+			if !strings.Contains(c.Detail, "2000 publishes of 2000 events by 2 processes") ||
+				!strings.Contains(c.Detail, "0 never published, 0 published more than once (0 pairs under one lease") {
+				t.Errorf("scaleout check: %s", c.Detail)
+			}
+		}
+	}
+	if drains != 4 || scales != 1 {
+		t.Errorf("got %d drain and %d scaleout checks, want 4 and 1", drains, scales)
+	}
+	if len(rep.Targets) == 0 || !strings.Contains(stderr.String(), "## Targets") {
+		t.Errorf("no targets table on stderr:\n%s", stderr.String())
+	}
+}
+
+// writeRecords writes one relay process's publish records.
+func writeRecords(t *testing.T, dir string, proc int, recs ...[2]core.ID) {
+	t.Helper()
+	var b []byte
+	for _, r := range recs {
+		b = append(b, r[0][:]...)
+		b = append(b, r[1][:]...)
+	}
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("relay-%d.rec", proc)), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCheckRecords makes sure the double-publish check can fail: each case
+// plants one violation in otherwise clean records.
+func TestCheckRecords(t *testing.T) {
+	t.Parallel()
+	e1, e2, e3 := core.NewID(), core.NewID(), core.NewID()
+	l1, l2, l3 := core.NewID(), core.NewID(), core.NewID()
+	ids := []core.ID{e1, e2, e3}
+	cases := []struct {
+		name    string
+		procs   [][][2]core.ID
+		pending int64
+		ok      bool
+		detail  string
+	}{
+		{"clean", [][][2]core.ID{{{e1, l1}, {e2, l1}}, {{e3, l2}}}, 0, true, "0 published more than once"},
+		{"redelivered under a later lease", [][][2]core.ID{{{e1, l1}, {e2, l1}}, {{e3, l2}, {e1, l3}}}, 0, true, "1 published more than once (0 pairs under one lease, 1 pairs by two processes)"},
+		{"twice under one lease", [][][2]core.ID{{{e1, l1}, {e2, l1}, {e1, l1}}, {{e3, l2}}}, 0, false, "(1 pairs under one lease"},
+		{"one lease in two processes", [][][2]core.ID{{{e1, l1}, {e2, l1}}, {{e3, l1}}}, 0, false, "1 lease tokens seen in two processes"},
+		{"never published", [][][2]core.ID{{{e1, l1}}, {{e3, l2}}}, 0, false, "1 never published"},
+		{"without a lease", [][][2]core.ID{{{e1, l1}, {e2, {}}}, {{e3, l2}}}, 0, false, "1 publishes without a lease"},
+		{"rows left pending", [][][2]core.ID{{{e1, l1}, {e2, l1}}, {{e3, l2}}}, 1, false, "1 rows pending"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			for p, recs := range c.procs {
+				writeRecords(t, dir, p, recs...)
+			}
+			got, err := checkRecords(dir, len(c.procs), ids, c.pending)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.OK != c.ok || !strings.Contains(got.Detail, c.detail) {
+				t.Errorf("got ok=%v %q, want ok=%v and %q", got.OK, got.Detail, c.ok, c.detail)
+			}
+		})
+	}
+}
+
+func TestRatiosAndTargets(t *testing.T) {
+	t.Parallel()
+	r := &Report{}
+	for _, v := range [][3]float64{{30, 10, 50}, {36, 10, 50}, {27, 9, 60}} {
+		r.add("drain", "batch=500", sysOutboxkit, "events/s", v[0])
+		r.add("drain", "batch=500", sysWatermill, "events/s", v[1])
+		r.add("drain", "batch=500", sysCeiling, "events/s", v[2])
+	}
+	if s := r.find("drain", "batch=500", sysOutboxkit, "events/s"); s.Median != 30 {
+		t.Errorf("median of 30, 36, 27 = %v, want 30", s.Median)
+	}
+	// Ratios are taken per repetition (3, 3.6, 3), then the median.
+	q := r.ratio("drain", "batch=500", "outboxkit / watermill", "events/s", sysOutboxkit, sysWatermill)
+	if q == nil || q.Median != 3 {
+		t.Fatalf("ratio %+v, want median 3", q)
+	}
+	r.target("≥ 3×", q.Median, true, ">=", 3, "×")
+	c := r.ratio("drain", "batch=500", "outboxkit / SQL ceiling", "events/s", sysOutboxkit, sysCeiling)
+	r.target("≥ 60 %", c.Median, true, ">=", 0.6, "×")
+	r.target("≤ 2 ms", 2.5, true, "<=", 2, "ms")
+	want := []bool{true, true, false}
+	for i, tg := range r.Targets {
+		if tg.Met != want[i] {
+			t.Errorf("target %q: met=%v, want %v (value %v)", tg.Name, tg.Met, want[i], tg.Value)
+		}
+	}
+	if got := r.Targets[2].Margin; got > -0.24 || got < -0.26 {
+		t.Errorf("margin of 2.5 ms against ≤ 2 ms = %v, want -0.25", got)
+	}
+	var out bytes.Buffer
+	r.writeTables(&out)
+	for _, s := range []string{"| batch=500 | outboxkit | 30.0 (27.0–36.0) |", "**missed** by -25 %", "**met** by +0 %"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("tables lack %q:\n%s", s, out.String())
+		}
+	}
+}
+
+func TestParseOptions(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	o, err := parseOptions([]string{"-workloads", "drain, write", "-batches", "50,500", "-reps", "5"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.has("drain") || !o.has("write") || o.has("latency") || o.reps != 5 || len(o.batches) != 2 || o.batches[0] != 50 {
+		t.Errorf("parsed %+v", o)
+	}
+	for _, bad := range [][]string{{"-workloads", "soak"}, {"-batches", "0"}, {"-reps", "0"}, {"extra"}} {
+		if _, err := parseOptions(bad, &stderr); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

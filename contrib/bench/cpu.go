@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// CPU time per event is the figure that survives a busy machine: wall-clock
+// throughput on 2 shared cores moves with whatever else runs, while the CPU
+// one system spends per event barely does. The harness measures it on both
+// sides: the Go process (getrusage) and the PostgreSQL backends serving the
+// system's own connections (/proc/<pid>/stat, when the server runs on this
+// machine and /proc is readable).
+
+// cpuMeter measures the CPU time of this process and of a set of
+// PostgreSQL backends between start and stop.
+type cpuMeter struct {
+	pids       []int
+	proc0, db0 time.Duration
+}
+
+// backendPIDs returns the server process IDs of every connection of pool
+// (all of which newPool opened).
+func backendPIDs(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	n := int(pool.Config().MaxConns)
+	conns := make([]*pgxpool.Conn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	pids := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conns = append(conns, c)
+		var pid int
+		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			return nil, fmt.Errorf("backend pid: %w", err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// newCPUMeter starts measuring this process and the backends of pools.
+func newCPUMeter(ctx context.Context, pools ...*pgxpool.Pool) (*cpuMeter, error) {
+	m := &cpuMeter{}
+	for _, p := range pools {
+		pids, err := backendPIDs(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		m.pids = append(m.pids, pids...)
+	}
+	m.proc0, m.db0 = cpuTime(), pidsCPU(m.pids)
+	return m, nil
+}
+
+// stop returns the CPU time used since start by this process and by the
+// backends (0 when /proc does not show them).
+func (m *cpuMeter) stop() (proc, db time.Duration) {
+	return cpuTime() - m.proc0, pidsCPU(m.pids) - m.db0
+}
+
+// clockTick is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
+// Linux architecture Go supports.
+const clockTick = 100
+
+// pidsCPU sums user and system time of processes from /proc/<pid>/stat.
+func pidsCPU(pids []int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name (field 2) may hold spaces; fields after its
+		// closing parenthesis are plain. utime and stime are fields 14 and
+		// 15, so 12 and 13 after the parenthesis.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return time.Duration(ticks) * time.Second / clockTick
+}
+
+// perEvent is a CPU time per event in microseconds.
+func perEvent(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
+}
+
+// cpuTime is the user plus system CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -79,8 +79,9 @@
 //		NextSigningKey:    os.Getenv("QSTASH_NEXT_SIGNING_KEY"),
 //		URL:               "https://billing.example.com/qstash/orders", // exactly as published
 //		Handler:           mux,
-//		Deduper:           dedup,
+//		Deduper:           tracing.Deduper(dedup),          // records applied/duplicate on the span
 //		Consumer:          "billing",
+//		Middleware:        []core.HandlerMiddleware{tracing.HandlerMiddleware()}, // a consumer span per delivery
 //	})
 //	if err != nil { ... }
 //	http.Handle("POST /qstash/orders", rc)

@@ -30,6 +30,9 @@ import (
 //		core.Recover(),
 //		core.Idempotent(tracing.Deduper(deduper, opts...), "billing"))
 //
+// With a qstash.Receiver, put it in ReceiverConfig.Middleware, not on
+// Handler: Handler runs inside the Deduper, where duplicates never arrive.
+//
 // A failed handler's error is recorded and the span's status set to Error.
 func HandlerMiddleware(opts ...Option) core.HandlerMiddleware {
 	c := newConfig(opts)

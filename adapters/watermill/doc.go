@@ -63,7 +63,8 @@
 //	                       comes back as the message UUID, ce-id staying the ID
 //	Type                   ce-type (TxPublisher: ce-type, else the topic)
 //	Destination            the topic (Publisher: Destination, else Type;
-//	                       QStashSubscriber: Type)
+//	                       QStashSubscriber: Type; EventFromMessage: the
+//	                       topic a Router subscribed to)
 //	Source                 ce-source ("outboxkit" when empty)
 //	AggregateID            ce-subject
 //	AggregateType          ce-aggregatetype

@@ -121,7 +121,13 @@ func EventFromMessage(msg *message.Message) (core.Event, error) {
 	if _, ok := h[core.HeaderID]; !ok {
 		h[core.HeaderID] = msg.UUID
 	}
-	return core.EventFromCloudEventHeaders(h, append([]byte(nil), msg.Payload...))
+	e, err := core.EventFromCloudEventHeaders(h, append([]byte(nil), msg.Payload...))
+	if err == nil && e.Destination == "" {
+		// A message does not carry its topic; a Router puts the subscribed
+		// topic in the message's context ("" elsewhere).
+		e.Destination = message.SubscribeTopicFromCtx(msg.Context())
+	}
+	return e, err
 }
 
 // ownHeader reports whether k is one of this package's bookkeeping headers,

@@ -94,6 +94,13 @@ func isTraceHeader(k string) bool {
 func EventFromCloudEventHeaders(headers map[string]string, body []byte) (Event, error) {
 	get := make(map[string]string, len(headers))
 	var custom map[string]string
+	bad := func(field, reason string) (Event, error) {
+		return Event{}, &ValidationError{Field: field, Reason: reason}
+	}
+	// Two spellings of one name (ce-type and CE-TYPE, or traceparent and
+	// ce-x-traceparent) would otherwise be decided by map iteration order:
+	// the same message could decode differently on each delivery.
+	const twice = "appears twice under different spellings: send each attribute once"
 	for k, v := range headers {
 		lk := strings.ToLower(k)
 		switch {
@@ -101,18 +108,25 @@ func EventFromCloudEventHeaders(headers map[string]string, body []byte) (Event, 
 			if custom == nil {
 				custom = make(map[string]string)
 			}
-			custom[k[len(HeaderCustomPrefix):]] = v
+			name := k[len(HeaderCustomPrefix):]
+			if _, dup := custom[name]; dup {
+				return bad(k, twice)
+			}
+			custom[name] = v
 		case isTraceHeader(lk):
 			if custom == nil {
 				custom = make(map[string]string)
 			}
+			if _, dup := custom[lk]; dup {
+				return bad(lk, twice)
+			}
 			custom[lk] = v
 		default:
+			if _, dup := get[lk]; dup {
+				return bad(lk, twice)
+			}
 			get[lk] = v
 		}
-	}
-	bad := func(field, reason string) (Event, error) {
-		return Event{}, &ValidationError{Field: field, Reason: reason}
 	}
 	if v := get[HeaderSpecVersion]; v != SpecVersion {
 		return bad(HeaderSpecVersion, fmt.Sprintf("is %q; want %q", v, SpecVersion))

@@ -1,6 +1,3 @@
-// Package pgtest gives tests a real PostgreSQL: a small pool and a fresh
-// schema per test (or per package), dropped when the test ends. Tests that need
-// PostgreSQL fail, never skip, when it is unreachable: CI must run them.
 package pgtest
 
 import (

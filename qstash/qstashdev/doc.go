@@ -33,7 +33,7 @@
 //
 // # As a process
 //
-//	go run ./contrib/qstash-dev --addr 127.0.0.1:8080
+//	go run ./contrib/outboxctl qstash-dev --addr 127.0.0.1:8080
 //
 // serves the API on an address and prints the credentials. ListenAndServe
 // and Serve do the same from Go.

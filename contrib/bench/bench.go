@@ -32,6 +32,8 @@ const (
 	sysNotify    = "outboxkit NOTIFY (1 s poll)"
 	sysPoll      = "outboxkit poll 10 ms"
 	sysWmPoll    = "watermill poll 10 ms"
+	sysAfter     = "outboxkit NOTIFY after COMMIT (proposal)"
+	sysCoalesce  = "outboxkit coalesced NOTIFY after COMMIT (proposal)"
 )
 
 // runAll runs every selected workload, reps times each, and returns the
@@ -139,13 +141,16 @@ func (b *bench) runDrain(ctx context.Context) error {
 
 func (b *bench) runLatency(ctx context.Context) error {
 	type variant struct {
-		sys    string
-		notify bool
-		wm     bool
+		sys  string
+		mode notifyMode
+		wm   bool
 	}
-	variants := []variant{{sys: sysNotify, notify: true}, {sys: sysPoll}}
+	variants := []variant{{sys: sysNotify, mode: notifyInTx}, {sys: sysPoll, mode: notifyOff}}
 	if b.o.watermill {
 		variants = append(variants, variant{sys: sysWmPoll, wm: true})
+	}
+	if b.o.proposals {
+		variants = append(variants, variant{sys: sysCoalesce, mode: notifyCoalesced})
 	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, rate := range b.o.rates {
@@ -157,7 +162,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 				if v.wm {
 					res, err = b.latencyWatermill(ctx, rate, prof)
 				} else {
-					res, err = b.latencyOutboxkit(ctx, rate, v.notify, prof)
+					res, err = b.latencyOutboxkit(ctx, rate, v.mode, prof)
 				}
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", v.sys, cas, err)
@@ -271,10 +276,12 @@ func (b *bench) finish() {
 		r.ratio("drain", cas, "watermill / SQL ceiling", "events/s", sysWatermill, sysCeiling)
 		r.ratio("drain", cas, "DeletePublished / SQL ceiling", "events/s", sysDelete, sysCeiling)
 	}
-	for _, cas := range []string{caseAlone, caseEvent, caseNoNotify} {
+	for _, cas := range []string{caseAlone, caseEvent, caseAfter} {
 		r.ratio("write", cas, "outboxkit / pgbench", "tx/s", sysOutboxkit, sysPgbench)
 	}
-	r.ratioOf("write", "outboxkit / pgbench UPDATE + INSERT", "tx/s", caseNoNotify, sysOutboxkit, caseEvent, sysPgbench)
+	for _, cas := range []string{caseNoNotify, caseCoalesce} {
+		r.ratioOf("write", "outboxkit / pgbench UPDATE + INSERT", "tx/s", cas, sysOutboxkit, caseEvent, sysPgbench)
+	}
 	r.ratioOf("write", "pgbench with NOTIFY / without", "tx/s", caseNotify, sysPgbench, caseEvent, sysPgbench)
 	r.ratioOf("write", "with event / alone (pgbench)", "tx/s", caseEvent, sysPgbench, caseAlone, sysPgbench)
 	r.ratioOf("write", "with event / alone (outboxkit)", "tx/s", caseEvent, sysOutboxkit, caseAlone, sysOutboxkit)

@@ -90,7 +90,12 @@ func latencyIDs(n int) ([]core.ID, *arrivals) {
 // Concurrency 2) relays them to the sink. With NOTIFY the relay keeps its
 // default 1 s poll, so the figure is the notification path's; without, it
 // polls every 10 ms, like Watermill here.
-func (b *bench) latencyOutboxkit(ctx context.Context, rate int, notify bool, profile string) (latencyResult, error) {
+//
+// mode notifyAfterCommit or notifyCoalesced measures a proposal: the
+// producers' store sends nothing, and the wake-up follows each COMMIT (see
+// proposal.go).
+func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode, profile string) (latencyResult, error) {
+	notify := mode != notifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
 	s, err := outboxSchema(ctx, b.admin)
 	if err != nil {
@@ -110,15 +115,19 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, notify bool, pro
 		return latencyResult{}, err
 	}
 	defer prodPool.Close()
-	cfg := postgres.Config{Schema: s.name, DisableNotify: !notify}
-	relayStore, err := postgres.New(relayPool, &cfg)
+	relayStore, err := postgres.New(relayPool, &postgres.Config{Schema: s.name, DisableNotify: !notify})
 	if err != nil {
 		return latencyResult{}, err
 	}
-	prodStore, err := postgres.New(prodPool, &cfg)
+	prodStore, err := postgres.New(prodPool, &postgres.Config{Schema: s.name, DisableNotify: mode != notifyInTx})
 	if err != nil {
 		return latencyResult{}, err
 	}
+	after, stopAfter, err := newAfterCommit(ctx, prodPool, b.o.dsn, mode, relayStore.Config().Channel)
+	if err != nil {
+		return latencyResult{}, err
+	}
+	defer stopAfter()
 	listening := make(chan struct{})
 	var once sync.Once
 	store := &notifyWatch{Store: relayStore, listening: func() { once.Do(func() { close(listening) }) }}
@@ -159,7 +168,7 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, notify bool, pro
 			return err
 		}
 		arr.committed(i)
-		return nil
+		return after(ctx)
 	})
 	if err == nil {
 		select {

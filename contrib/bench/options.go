@@ -36,6 +36,7 @@ type options struct {
 	qsConc     int
 	watermill  bool
 	extras     bool
+	proposals  bool
 	jsonOut    bool
 	profileDir string
 	verbose    bool
@@ -74,6 +75,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.qsConc, "qstash-concurrency", 2, "relay Concurrency in the qstash workload")
 	fs.BoolVar(&o.watermill, "watermill-latency", true, "also measure Watermill's forwarder latency (10 ms poll)")
 	fs.BoolVar(&o.extras, "extras", true, "also run the diagnostic variants (DeletePublished drain, NOTIFY costs in the write workload)")
+	fs.BoolVar(&o.proposals, "proposals", false, "also measure the prototypes of proposed store and relay changes (proposal.go)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON results on stdout (the table goes to stderr)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for CPU profiles of the first repetition of each run")
 	fs.BoolVar(&o.verbose, "v", false, "log progress to stderr")

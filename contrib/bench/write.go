@@ -30,11 +30,10 @@ type writeCase struct {
 	name   string // table row
 	system string // "pgbench" or "outboxkit"
 	// pgbench: the transaction script (after the \set line); outboxkit:
-	// event says whether to Add an event, notify whether the store sends
-	// NOTIFY.
+	// event says whether to Add an event, notify how the wake-up is sent.
 	script string
 	event  bool
-	notify bool
+	notify notifyMode
 }
 
 const (
@@ -42,6 +41,8 @@ const (
 	caseEvent    = "UPDATE + event"
 	caseNoNotify = "UPDATE + event, NOTIFY off"
 	caseNotify   = "UPDATE + event + NOTIFY"
+	caseAfter    = "UPDATE + event, NOTIFY after COMMIT (proposal)"
+	caseCoalesce = "UPDATE + event, coalesced NOTIFY after COMMIT (proposal)"
 )
 
 // writeCases returns the measurements of one repetition: each business
@@ -55,14 +56,23 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 		{name: caseAlone, system: "pgbench", script: "BEGIN;\n" + update + "\nEND;\n"},
 		{name: caseAlone, system: "outboxkit"},
 		{name: caseEvent, system: "pgbench", script: "BEGIN;\n" + update + "\n" + insert + ";\nEND;\n"},
-		{name: caseEvent, system: "outboxkit", event: true, notify: true},
+		{name: caseEvent, system: "outboxkit", event: true, notify: notifyInTx},
 	}
 	if b.o.extras {
 		// The store's default sends NOTIFY in the INSERT's statement; these
 		// two show what that costs on each side.
 		cases = append(cases,
-			writeCase{name: caseNoNotify, system: "outboxkit", event: true},
+			writeCase{name: caseNoNotify, system: "outboxkit", event: true, notify: notifyOff},
 			writeCase{name: caseNotify, system: "pgbench", script: "BEGIN;\n" + update + "\nWITH ins AS (" + insert + ") SELECT pg_notify('" + channel + "', '');\nEND;\n"},
+		)
+	}
+	if b.o.proposals {
+		// The proposal: send the wake-up after the business transaction
+		// committed, in a transaction of its own (see proposal.go).
+		cases = append(cases,
+			writeCase{name: caseAfter, system: "pgbench", script: "BEGIN;\n" + update + "\n" + insert + ";\nEND;\nSELECT pg_notify('" + channel + "', '');\n"},
+			writeCase{name: caseAfter, system: "outboxkit", event: true, notify: notifyAfterCommit},
+			writeCase{name: caseCoalesce, system: "outboxkit", event: true, notify: notifyCoalesced},
 		)
 	}
 	return cases
@@ -113,10 +123,15 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 		return 0, err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: !c.notify})
+	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: c.notify != notifyInTx})
 	if err != nil {
 		return 0, err
 	}
+	after, stop, err := newAfterCommit(ctx, pool, b.o.dsn, c.notify, store.Config().Channel)
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
 	update := `UPDATE ` + s.table("accounts") + ` SET balance = balance + 1 WHERE id = $1`
 	payload := []byte(benchPayload)
 	tx1 := func(ctx context.Context, rng *rand.Rand) error {
@@ -133,7 +148,10 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 				return err
 			}
 		}
-		return tx.Commit(ctx)
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		return after(ctx)
 	}
 	stopProf := startProfile(profile)
 	defer stopProf()

@@ -132,7 +132,14 @@ func runScenario(t *testing.T, sc scenario) {
 				names[i] = e.relayAppName(i)
 			}
 			since := time.Now()
-			n, err := e.terminateBackends(ctx, names...)
+			var n int
+			// Retried: after a database restart the pool may first hand out
+			// a connection that died with it.
+			err := waitUntil(ctx, 10*time.Second, func(ctx context.Context) (bool, error) {
+				var err error
+				n, err = e.terminateBackends(ctx, names...)
+				return err == nil, err
+			})
 			if err != nil {
 				t.Fatalf("pg_terminate_backend: %v", err)
 			}
@@ -145,7 +152,7 @@ func runScenario(t *testing.T, sc scenario) {
 			e.proxy.up(t)
 			tl.outages++
 		case faultStorm:
-			e.proxy.startStorm(10)
+			e.proxy.startStorm(10, 3)
 			hold(ctx, sc.outage)
 			e.proxy.up(t)
 			tl.storms++

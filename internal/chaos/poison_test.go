@@ -169,10 +169,10 @@ func TestPoisonWithOrderingHoldsOnlyItsAggregate(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Five attempts 150ms, 300ms, 300ms, 300ms apart: the poison lives
-	// about a second, ages next to the other aggregates' drain.
+	// Six attempts 200ms, then 400ms apart: the poison lives about 1.8s,
+	// ages next to the other aggregates' drain of a few batches.
 	e.startRelay(0, func(int) []string {
-		return poisonRelayArgs(5, 150*time.Millisecond, 300*time.Millisecond, "-ordering")
+		return poisonRelayArgs(6, 200*time.Millisecond, 400*time.Millisecond, "-ordering")
 	})
 	waitSettled(t, e)
 
@@ -181,8 +181,8 @@ func TestPoisonWithOrderingHoldsOnlyItsAggregate(t *testing.T) {
 	if err := e.pool.QueryRow(ctx, `SELECT dead_at, attempts FROM `+e.table("outbox_events")+` WHERE id = $1`, poison.ID.String()).Scan(&deadAt, &attempts); err != nil {
 		t.Fatalf("poison event not dead-lettered: %v", err)
 	}
-	if attempts != 5 {
-		t.Errorf("poison dead-lettered after %d attempts, want 5", attempts)
+	if attempts != 6 {
+		t.Errorf("poison dead-lettered after %d attempts, want 6", attempts)
 	}
 	var othersLast time.Time
 	if err := e.pool.QueryRow(ctx, `SELECT max(published_at) FROM `+e.table("outbox_events")+` WHERE id = ANY($1)`, uuids(others)).Scan(&othersLast); err != nil {

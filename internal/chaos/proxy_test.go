@@ -27,8 +27,10 @@ type proxy struct {
 	mu        sync.Mutex
 	ln        net.Listener
 	storm     bool
-	lostEvery int // in a storm, every n-th request is forwarded, then answered 502
+	lostEvery int // in a storm, every n-th request is forwarded, then answered 502 ...
+	lostMax   int // ... up to this many per storm
 	stormN    int
+	stormLost int
 	accepted  map[core.ID]int
 	refusals  int // outages
 	answered5 int // 503s answered without forwarding
@@ -104,11 +106,13 @@ func (p *proxy) up(t *testing.T) {
 }
 
 // startStorm answers 503 to every request; with lostEvery > 0, every n-th
-// request reaches qstashdev and its answer is replaced by a 502.
-func (p *proxy) startStorm(lostEvery int) {
+// request (up to lostMax in this storm) reaches qstashdev and its answer is
+// replaced by a 502. Each lost answer makes a relay publish its batch again,
+// like a crash, so they are capped to keep the redelivery bound tight.
+func (p *proxy) startStorm(lostEvery, lostMax int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.storm, p.lostEvery = true, lostEvery
+	p.storm, p.lostEvery, p.lostMax, p.stormN, p.stormLost = true, lostEvery, lostMax, 0, 0
 }
 
 type proxyStats struct {
@@ -138,8 +142,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	storm, lose := p.storm, false
 	if storm {
 		p.stormN++
-		lose = p.lostEvery > 0 && p.stormN%p.lostEvery == 0
-		if !lose {
+		lose = p.lostEvery > 0 && p.stormN%p.lostEvery == 0 && p.stormLost < p.lostMax
+		if lose {
+			p.stormLost++
+		} else {
 			p.answered5++
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,6 +35,9 @@ const (
 	sysWmPoll    = "watermill poll 10 ms"
 	sysAfter     = "outboxkit NOTIFY after COMMIT (proposal)"
 	sysCoalesce  = "outboxkit coalesced NOTIFY after COMMIT (proposal)"
+	sysProtoCtid = "proposal: settle by ctid"
+	sysProtoPipe = "proposal: settle by ctid + pipelined"
+	sysProtoDel  = "proposal: settle by ctid + pipelined + DeletePublished"
 )
 
 // runAll runs every selected workload, reps times each, and returns the
@@ -103,6 +107,9 @@ func (b *bench) runDrain(ctx context.Context) error {
 	if b.o.extras {
 		systems = append(systems, sysDelete)
 	}
+	if b.o.proposals {
+		systems = append(systems, sysProtoCtid, sysProtoPipe, sysProtoDel)
+	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, batch := range b.o.batches {
 			cas := fmt.Sprintf("batch=%d", batch)
@@ -112,9 +119,15 @@ func (b *bench) runDrain(ctx context.Context) error {
 				var err error
 				switch sys {
 				case sysOutboxkit:
-					res, err = b.drainOutboxkit(ctx, batch, false, prof)
+					res, err = b.drainOutboxkit(ctx, batch, kindStore, prof)
 				case sysDelete:
-					res, err = b.drainOutboxkit(ctx, batch, true, prof)
+					res, err = b.drainOutboxkit(ctx, batch, kindStoreDelete, prof)
+				case sysProtoCtid:
+					res, err = b.drainOutboxkit(ctx, batch, kindProtoCtid, prof)
+				case sysProtoPipe:
+					res, err = b.drainOutboxkit(ctx, batch, kindProtoPipe, prof)
+				case sysProtoDel:
+					res, err = b.drainOutboxkit(ctx, batch, kindProtoPipeDel, prof)
 				case sysWatermill:
 					res, err = b.drainWatermill(ctx, batch, prof)
 				case sysCeiling:
@@ -145,16 +158,16 @@ func (b *bench) runLatency(ctx context.Context) error {
 		mode notifyMode
 		wm   bool
 	}
-	variants := []variant{{sys: sysNotify, mode: notifyInTx}, {sys: sysPoll, mode: notifyOff}}
-	if b.o.watermill {
-		variants = append(variants, variant{sys: sysWmPoll, wm: true})
-	}
-	if b.o.proposals {
-		variants = append(variants, variant{sys: sysCoalesce, mode: notifyCoalesced})
-	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, rate := range b.o.rates {
 			cas := fmt.Sprintf("%d/s", rate)
+			variants := []variant{{sys: sysNotify, mode: notifyInTx}, {sys: sysPoll, mode: notifyOff}}
+			if slices.Contains(b.o.wmRates, rate) {
+				variants = append(variants, variant{sys: sysWmPoll, wm: true})
+			}
+			if b.o.proposals {
+				variants = append(variants, variant{sys: sysCoalesce, mode: notifyCoalesced})
+			}
 			for _, v := range rotate(variants, rep) {
 				prof := b.profilePath(rep, "latency", cas, v.sys)
 				var res latencyResult
@@ -275,6 +288,10 @@ func (b *bench) finish() {
 		r.ratio("drain", cas, "outboxkit / SQL ceiling", "events/s", sysOutboxkit, sysCeiling)
 		r.ratio("drain", cas, "watermill / SQL ceiling", "events/s", sysWatermill, sysCeiling)
 		r.ratio("drain", cas, "DeletePublished / SQL ceiling", "events/s", sysDelete, sysCeiling)
+		for _, p := range []string{sysProtoCtid, sysProtoPipe, sysProtoDel} {
+			r.ratio("drain", cas, p+" / SQL ceiling", "events/s", p, sysCeiling)
+			r.ratio("drain", cas, p+" / watermill", "events/s", p, sysWatermill)
+		}
 	}
 	for _, cas := range []string{caseAlone, caseEvent, caseAfter} {
 		r.ratio("write", cas, "outboxkit / pgbench", "tx/s", sysOutboxkit, sysPgbench)

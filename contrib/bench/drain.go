@@ -33,10 +33,21 @@ func (d drainResult) rate(n int) float64 { return float64(n) / d.seconds }
 // drainTimeout bounds one drain: generous, so only a hang trips it.
 func drainTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*time.Millisecond }
 
-// drainOutboxkit preloads the outbox and times core.Relay (Concurrency 2,
-// its default) over postgres.Store until every event is settled as
-// published.
-func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished bool, profile string) (drainResult, error) {
+// relayKind selects what drainOutboxkit runs: the real relay and store, or
+// a prototype of a proposal (proposal_store.go).
+type relayKind int
+
+const (
+	kindStore        relayKind = iota // core.Relay over postgres.Store
+	kindStoreDelete                   // the same with Config.DeletePublished
+	kindProtoCtid                     // core.Relay over protoStore: settle by row address
+	kindProtoPipe                     // protoRelay: row address + pipelined settle-and-claim
+	kindProtoPipeDel                  // the same, deleting published rows
+)
+
+// drainOutboxkit preloads the outbox and times a relay (Concurrency 2, the
+// default) until every event is settled as published.
+func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, profile string) (drainResult, error) {
 	n := b.o.events
 	s, err := outboxSchema(ctx, b.admin)
 	if err != nil {
@@ -51,11 +62,19 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 		return drainResult{}, err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: deletePublished, DisableNotify: true})
+	var inner core.Store
+	var proto *protoStore
+	switch kind {
+	case kindStore, kindStoreDelete:
+		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, DisableNotify: true})
+	default:
+		proto, err = newProtoStore(pool, s, kind == kindProtoPipeDel)
+		inner = proto
+	}
 	if err != nil {
 		return drainResult{}, err
 	}
-	ist := &instrumentedStore{Store: store}
+	ist := &instrumentedStore{Store: inner}
 	sink := &countSink{}
 	ctr := newSettleCounter(n)
 	relay, err := core.NewRelay(ist, sink, &core.RelayConfig{
@@ -69,6 +88,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 	if err != nil {
 		return drainResult{}, err
 	}
+	conc := relay.Config().Concurrency
 
 	meter, err := newCPUMeter(ctx, pool)
 	if err != nil {
@@ -78,7 +98,11 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 	rctx, cancel := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	start := time.Now()
-	go func() { runErr <- relay.Run(rctx) }()
+	if kind == kindProtoPipe || kind == kindProtoPipeDel {
+		go func() { runErr <- protoRelay(rctx, proto, sink, conc, batch, ctr) }()
+	} else {
+		go func() { runErr <- relay.Run(rctx) }()
+	}
 	var waitErr error
 	select {
 	case <-ctr.done:
@@ -91,7 +115,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, deletePublished b
 	procCPU, dbCPU := meter.stop()
 	stopProf()
 	cancel()
-	if err := <-runErr; err != nil && waitErr == nil {
+	if err := <-runErr; err != nil && waitErr == nil && !errors.Is(err, context.Canceled) {
 		waitErr = err
 	}
 	if waitErr != nil {

@@ -35,9 +35,9 @@ func BenchmarkDrain(b *testing.B) {
 				var res drainResult
 				switch sys {
 				case sysOutboxkit:
-					res, err = bn.drainOutboxkit(ctx, batch, false, "")
+					res, err = bn.drainOutboxkit(ctx, batch, kindStore, "")
 				case sysDelete:
-					res, err = bn.drainOutboxkit(ctx, batch, true, "")
+					res, err = bn.drainOutboxkit(ctx, batch, kindStoreDelete, "")
 				case sysWatermill:
 					res, err = bn.drainWatermill(ctx, batch, "")
 				case sysCeiling:

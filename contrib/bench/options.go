@@ -34,7 +34,7 @@ type options struct {
 	procBatch  int
 	qsBatch    int
 	qsConc     int
-	watermill  bool
+	wmRates    []int
 	extras     bool
 	proposals  bool
 	jsonOut    bool
@@ -73,7 +73,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.procBatch, "procs-batch", 100, "relay batch size in the scaleout workload")
 	fs.IntVar(&o.qsBatch, "qstash-batch", 100, "relay batch size in the qstash workload")
 	fs.IntVar(&o.qsConc, "qstash-concurrency", 2, "relay Concurrency in the qstash workload")
-	fs.BoolVar(&o.watermill, "watermill-latency", true, "also measure Watermill's forwarder latency (10 ms poll)")
+	wmRates := fs.String("watermill-rates", "500,1000", "rates at which the latency workload also measures Watermill's forwarder (10 ms poll); \"none\" for none")
 	fs.BoolVar(&o.extras, "extras", true, "also run the diagnostic variants (DeletePublished drain, NOTIFY costs in the write workload)")
 	fs.BoolVar(&o.proposals, "proposals", false, "also measure the prototypes of proposed store and relay changes (proposal.go)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON results on stdout (the table goes to stderr)")
@@ -106,6 +106,11 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.procs, err = intList("procs", procs); err != nil {
 		return nil, err
+	}
+	if *wmRates != "none" && *wmRates != "" {
+		if o.wmRates, err = intList("watermill-rates", *wmRates); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case o.events < 1:

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// protoStore prototypes two proposed changes to postgres.Store's relay
+// side, for the drain workload's -proposals rows. It covers only what a
+// drain exercises (no ordering, no destination, system clock, every event
+// published) and hands anything else to the real store.
+//
+//   - Settle by row address: Claim returns each leased row's ctid (the HOT
+//     lease update leaves the new version there, and nothing else updates
+//     a leased row), and the publish statement finds rows with a TID scan
+//     instead of a primary-key probe per event. The lease token stays the
+//     fence: a row another relay re-claimed has another token, so it is not
+//     matched. Should a row have moved while keeping the token (nothing in
+//     outboxkit does that), it is settled by ID through the real store.
+//   - Pipelined settle-and-claim: the relay sends the settlement of batch k
+//     and the claim of batch k+1 in one round trip (one pgx batch, so one
+//     implicit transaction and one commit instead of two). That needs an
+//     optional core interface; protoRelay stands in for the relay loop.
+//
+// Neither changes the lease protocol: every event is still leased under a
+// token before it is published and settled only where the token matches.
+type protoStore struct {
+	real   *postgres.Store
+	pool   *pgxpool.Pool
+	delete bool // settle published rows by DELETE (Config.DeletePublished)
+
+	claimSQL, settleSQL string
+
+	mu   sync.Mutex
+	tids map[core.ID]pgtype.TID // row address of each leased event
+}
+
+func newProtoStore(pool *pgxpool.Pool, s *schema, deletePublished bool) (*protoStore, error) {
+	real, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: true, DeletePublished: deletePublished})
+	if err != nil {
+		return nil, err
+	}
+	t := s.table(postgres.DefaultTable)
+	// The store's claim (postgres/sql.go, claimSQL without ordering or
+	// destination, on the database clock) plus the leased row's ctid.
+	claim := `UPDATE ` + t + ` t
+SET lease_token = $2, lease_until = now() + $3::interval, attempts = t.attempts + 1
+WHERE t.ctid = ANY(ARRAY(
+	SELECT o.ctid FROM ` + t + ` o
+	WHERE o.published_at IS NULL AND o.dead_at IS NULL
+		AND o.available_at <= now()
+		AND (o.lease_until IS NULL OR o.lease_until <= now())
+	ORDER BY o.available_at, o.pos
+	LIMIT $1
+	FOR UPDATE SKIP LOCKED))
+RETURNING t.id, t.event_type, t.schema_version, t.source, t.aggregate_type, t.aggregate_id, t.sequence,
+	t.payload, t.headers, t.destination, t.created_at, t.available_at, t.attempts, t.lease_until, t.pos, t.ctid`
+	settle := `UPDATE ` + t + ` t SET published_at = now(), lease_token = NULL, lease_until = NULL
+WHERE t.ctid = ANY($2::tid[]) AND t.lease_token = $1
+RETURNING t.id`
+	if deletePublished {
+		settle = `DELETE FROM ` + t + ` t WHERE t.ctid = ANY($2::tid[]) AND t.lease_token = $1 RETURNING t.id`
+	}
+	return &protoStore{real: real, pool: pool, delete: deletePublished, claimSQL: claim, settleSQL: settle, tids: make(map[core.ID]pgtype.TID)}, nil
+}
+
+func (p *protoStore) claimArgs(req core.ClaimRequest) (core.ID, []any) {
+	token := core.NewID()
+	return token, []any{req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor}
+}
+
+// readClaim reads the claim's rows, oldest first, and remembers their
+// addresses.
+func (p *protoStore) readClaim(rows pgx.Rows, token core.ID, limit int) (core.Batch, error) {
+	type claimed struct {
+		pos int64
+		ev  core.Event
+		tid pgtype.TID
+	}
+	out := make([]claimed, 0, limit)
+	var (
+		until   time.Time
+		id      pgtype.UUID
+		version int32
+		seq     pgtype.Int8
+		headers []byte
+		att     int32
+	)
+	for rows.Next() {
+		var c claimed
+		e := &c.ev
+		if err := rows.Scan(&id, &e.Type, &version, &e.Source, &e.AggregateType, &e.AggregateID, &seq,
+			(*[]byte)(&e.Payload), &headers, &e.Destination, &e.CreatedAt, &e.AvailableAt, &att, &until, &c.pos, &c.tid); err != nil {
+			return core.Batch{}, err
+		}
+		e.ID, e.SchemaVersion, e.Attempts = id.Bytes, int(version), int(att)
+		if seq.Valid {
+			e.Sequence = seq.Int64
+		}
+		if len(headers) > 2 {
+			_ = json.Unmarshal(headers, &e.Headers)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return core.Batch{}, err
+	}
+	// The store sorts by (available_at, pos) in Go; so does this.
+	slices.SortFunc(out, func(a, b claimed) int {
+		if c := a.ev.AvailableAt.Compare(b.ev.AvailableAt); c != 0 {
+			return c
+		}
+		return cmpI64(a.pos, b.pos)
+	})
+	events := make([]core.Event, len(out))
+	p.mu.Lock()
+	for i := range out {
+		events[i] = out[i].ev
+		p.tids[out[i].ev.ID] = out[i].tid
+	}
+	p.mu.Unlock()
+	return core.Batch{Lease: core.Lease{Token: token, Until: until}, Events: events}, nil
+}
+
+func (p *protoStore) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	if req.Destination != "" || !req.Now.IsZero() {
+		return p.real.Claim(ctx, req)
+	}
+	token, args := p.claimArgs(req)
+	rows, err := p.pool.Query(ctx, p.claimSQL, args...)
+	if err != nil {
+		return core.Batch{}, err
+	}
+	defer rows.Close()
+	return p.readClaim(rows, token, req.Limit)
+}
+
+// settleArgs returns the publish statement's arguments, or ok=false when
+// the request is not "every event published" (the real store handles it).
+func (p *protoStore) settleArgs(req core.SettleRequest) ([]any, bool) {
+	if !req.Now.IsZero() {
+		return nil, false
+	}
+	tids := make([]pgtype.TID, len(req.Outcomes))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, o := range req.Outcomes {
+		t, ok := p.tids[o.ID]
+		if o.Kind != core.Published || !ok {
+			return nil, false
+		}
+		tids[i] = t
+	}
+	for _, o := range req.Outcomes {
+		delete(p.tids, o.ID)
+	}
+	return []any{pgtype.UUID{Bytes: req.Lease.Token, Valid: true}, tids}, true
+}
+
+// finishSettle reads the settled IDs and settles any event the address
+// missed through the real store, by ID, which also reports lost leases.
+func (p *protoStore) finishSettle(ctx context.Context, rows pgx.Rows, req core.SettleRequest) error {
+	done := make(map[core.ID]struct{}, len(req.Outcomes))
+	var id pgtype.UUID
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		done[id.Bytes] = struct{}{}
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(done) == len(req.Outcomes) {
+		return nil
+	}
+	rest := req
+	rest.Outcomes = nil
+	for _, o := range req.Outcomes {
+		if _, ok := done[o.ID]; !ok {
+			rest.Outcomes = append(rest.Outcomes, o)
+		}
+	}
+	return p.real.Settle(ctx, rest)
+}
+
+func (p *protoStore) Settle(ctx context.Context, req core.SettleRequest) error {
+	args, ok := p.settleArgs(req)
+	if !ok {
+		return p.real.Settle(ctx, req)
+	}
+	rows, err := p.pool.Query(ctx, p.settleSQL, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	return p.finishSettle(ctx, rows, req)
+}
+
+// SettleAndClaim settles one lease and claims the next batch in one round
+// trip: the optional interface the relay would look for.
+func (p *protoStore) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error) {
+	args, ok := p.settleArgs(sreq)
+	if !ok {
+		if err := p.Settle(ctx, sreq); err != nil {
+			return core.Batch{}, err
+		}
+		return p.Claim(ctx, creq)
+	}
+	token, cargs := p.claimArgs(creq)
+	var b pgx.Batch
+	b.Queue(p.settleSQL, args...)
+	b.Queue(p.claimSQL, cargs...)
+	br := p.pool.SendBatch(ctx, &b)
+	defer br.Close()
+	rows, err := br.Query()
+	if err == nil {
+		err = p.finishSettle(ctx, rows, sreq)
+		rows.Close()
+	}
+	if err != nil {
+		return core.Batch{}, fmt.Errorf("settle: %w", err)
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return core.Batch{}, fmt.Errorf("claim: %w", err)
+	}
+	defer rows.Close()
+	return p.readClaim(rows, token, creq.Limit)
+}
+
+// protoRelay is the relay loop with pipelined settle-and-claim, reduced to
+// what a drain needs: workers claim, publish, then settle and claim the next
+// batch in one round trip; a worker whose claim comes back empty stops.
+// core.Relay's retry, dead-letter and shutdown handling are left out: every
+// publish here succeeds.
+func protoRelay(ctx context.Context, st *protoStore, pub core.Publisher, workers, batch int, hook core.RelayHook) error {
+	req := core.ClaimRequest{Limit: batch, LeaseFor: 30 * time.Second}
+	var errs onceErr
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := st.Claim(ctx, req)
+			for err == nil && len(b.Events) > 0 {
+				if err = pub.Publish(ctx, b.Events); err != nil {
+					break
+				}
+				out := make([]core.Outcome, len(b.Events))
+				for i, e := range b.Events {
+					out[i] = core.Outcome{ID: e.ID, Kind: core.Published}
+				}
+				var next core.Batch
+				next, err = st.SettleAndClaim(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: out}, req)
+				var lost *core.LeaseLostError
+				if err == nil || errors.As(err, &lost) {
+					hook.AfterSettle(ctx, core.SettleInfo{Events: b.Events, Outcomes: out, Err: err})
+					err = nil
+				}
+				b = next
+			}
+			errs.set(err)
+		}()
+	}
+	wg.Wait()
+	return errs.get()
+}
+
+func cmpI64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

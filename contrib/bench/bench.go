@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -17,6 +21,9 @@ type bench struct {
 	admin *pgxpool.Pool // schema creation, preloads, checks
 	rep   *Report
 	log   io.Writer
+	// schemas this run created, dropped again at the end if a trial
+	// could not.
+	schemas []string
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -80,6 +87,7 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 			break
 		}
 	}
+	b.dropLeftovers(context.WithoutCancel(ctx))
 	b.finish()
 	b.rep.Env.LoadAfter = loadAvg()
 	b.rep.Options.WallSeconds = time.Since(started).Seconds()
@@ -115,24 +123,24 @@ func (b *bench) runDrain(ctx context.Context) error {
 			cas := fmt.Sprintf("batch=%d", batch)
 			for _, sys := range rotate(systems, rep) {
 				prof := b.profilePath(rep, "drain", cas, sys)
-				var res drainResult
-				var err error
-				switch sys {
-				case sysOutboxkit:
-					res, err = b.drainOutboxkit(ctx, batch, kindStore, prof)
-				case sysDelete:
-					res, err = b.drainOutboxkit(ctx, batch, kindStoreDelete, prof)
-				case sysProtoCtid:
-					res, err = b.drainOutboxkit(ctx, batch, kindProtoCtid, prof)
-				case sysProtoPipe:
-					res, err = b.drainOutboxkit(ctx, batch, kindProtoPipe, prof)
-				case sysProtoDel:
-					res, err = b.drainOutboxkit(ctx, batch, kindProtoPipeDel, prof)
-				case sysWatermill:
-					res, err = b.drainWatermill(ctx, batch, prof)
-				case sysCeiling:
-					res, err = b.drainCeiling(ctx, batch, prof)
-				}
+				res, err := attempt(ctx, b, fmt.Sprintf("drain %s %s rep %d", cas, sys, rep+1), func() (drainResult, error) {
+					switch sys {
+					case sysOutboxkit:
+						return b.drainOutboxkit(ctx, batch, kindStore, prof)
+					case sysDelete:
+						return b.drainOutboxkit(ctx, batch, kindStoreDelete, prof)
+					case sysProtoCtid:
+						return b.drainOutboxkit(ctx, batch, kindProtoCtid, prof)
+					case sysProtoPipe:
+						return b.drainOutboxkit(ctx, batch, kindProtoPipe, prof)
+					case sysProtoDel:
+						return b.drainOutboxkit(ctx, batch, kindProtoPipeDel, prof)
+					case sysWatermill:
+						return b.drainWatermill(ctx, batch, prof)
+					default:
+						return b.drainCeiling(ctx, batch, prof)
+					}
+				})
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", sys, cas, err)
 				}
@@ -170,13 +178,12 @@ func (b *bench) runLatency(ctx context.Context) error {
 			}
 			for _, v := range rotate(variants, rep) {
 				prof := b.profilePath(rep, "latency", cas, v.sys)
-				var res latencyResult
-				var err error
-				if v.wm {
-					res, err = b.latencyWatermill(ctx, rate, prof)
-				} else {
-					res, err = b.latencyOutboxkit(ctx, rate, v.mode, prof)
-				}
+				res, err := attempt(ctx, b, fmt.Sprintf("latency %s %s rep %d", cas, v.sys, rep+1), func() (latencyResult, error) {
+					if v.wm {
+						return b.latencyWatermill(ctx, rate, prof)
+					}
+					return b.latencyOutboxkit(ctx, rate, v.mode, prof)
+				})
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", v.sys, cas, err)
 				}
@@ -212,16 +219,15 @@ func (b *bench) runWrite(ctx context.Context) error {
 		}
 		channel := s.name + "." + "outbox_events"
 		for _, c := range rotate(b.writeCases(s, channel), rep) {
-			if err := resetWrite(ctx, s); err != nil {
-				_ = s.drop()
-				return err
-			}
-			var tps float64
-			if c.system == sysPgbench {
-				tps, err = b.writePgbench(ctx, c, dir)
-			} else {
-				tps, err = b.writeGo(ctx, s, c, b.profilePath(rep, "write", c.name, c.system))
-			}
+			tps, err := attempt(ctx, b, fmt.Sprintf("write %s %s rep %d", c.name, c.system, rep+1), func() (float64, error) {
+				if err := resetWrite(ctx, s); err != nil {
+					return 0, err
+				}
+				if c.system == sysPgbench {
+					return b.writePgbench(ctx, c, dir)
+				}
+				return b.writeGo(ctx, s, c, b.profilePath(rep, "write", c.name, c.system))
+			})
 			if err != nil {
 				_ = s.drop()
 				return fmt.Errorf("%s %s: %w", c.system, c.name, err)
@@ -240,7 +246,9 @@ func (b *bench) runQStash(ctx context.Context) error {
 	n := b.o.events
 	cas := fmt.Sprintf("batch=%d concurrency=%d", b.o.qsBatch, b.o.qsConc)
 	for rep := 0; rep < b.o.reps; rep++ {
-		res, err := b.drainQStash(ctx, b.profilePath(rep, "qstash"))
+		res, err := attempt(ctx, b, fmt.Sprintf("qstash rep %d", rep+1), func() (qstashResult, error) {
+			return b.drainQStash(ctx, b.profilePath(rep, "qstash"))
+		})
 		if err != nil {
 			return err
 		}
@@ -260,7 +268,9 @@ func (b *bench) runScaleOut(ctx context.Context) error {
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, procs := range b.o.procs {
 			cas := fmt.Sprintf("procs=%d", procs)
-			res, err := b.scaleOut(ctx, procs, rep)
+			res, err := attempt(ctx, b, fmt.Sprintf("scaleout %s rep %d", cas, rep+1), func() (scaleResult, error) {
+				return b.scaleOut(ctx, procs, rep)
+			})
 			if err != nil {
 				return fmt.Errorf("%s: %w", cas, err)
 			}
@@ -334,4 +344,126 @@ func (b *bench) finish() {
 	seriesTarget("qstashdev drain (delivered) ≥ 20,000 events/s", "qstash", fmt.Sprintf("batch=%d concurrency=%d", b.o.qsBatch, b.o.qsConc), sysOutboxkit, "delivered events/s", ">=", 20000, "events/s")
 	seriesTarget("relay peak RSS draining ≤ 64 MiB", "scaleout", "procs=1", scaleSys, "peak RSS MiB", "<=", 64, "MiB")
 	ratioTarget("4 relays ≥ 1 relay's throughput", "scaleout", "procs=4", "4 procs / 1 proc", ">=", 1)
+}
+
+// outboxSchema and createSchema create a schema and remember its name, so
+// the run can drop it at the end if a trial could not (PostgreSQL restarted
+// under it, say).
+func (b *bench) outboxSchema(ctx context.Context) (*schema, error) {
+	s, err := outboxSchema(ctx, b.admin)
+	if err == nil {
+		b.schemas = append(b.schemas, s.name)
+	}
+	return s, err
+}
+
+func (b *bench) createSchema(ctx context.Context) (*schema, error) {
+	s, err := createSchema(ctx, b.admin)
+	if err == nil {
+		b.schemas = append(b.schemas, s.name)
+	}
+	return s, err
+}
+
+// dropLeftovers drops the schemas of this run that still exist.
+func (b *bench) dropLeftovers(ctx context.Context) {
+	rows, err := b.admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname = ANY($1)`, b.schemas)
+	if err != nil {
+		return
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	for _, n := range names {
+		s := &schema{name: n, pool: b.admin}
+		if err := s.drop(); err != nil {
+			b.logf("could not drop schema %s: %v", n, err)
+		}
+	}
+}
+
+// maxAttempts bounds how often one trial runs when PostgreSQL restarts
+// under it: the server is shared, and other suites (the long chaos suite)
+// restart it.
+const maxAttempts = 3
+
+// attempt runs one trial; if it fails or PostgreSQL restarted while it ran
+// (pg_postmaster_start_time changed), it waits for the server and runs the
+// trial again, noting why in the report.
+func attempt[T any](ctx context.Context, b *bench, what string, fn func() (T, error)) (T, error) {
+	var zero T
+	for i := 1; ; i++ {
+		before, _ := b.postmasterStart(ctx)
+		res, err := fn()
+		after, aerr := b.postmasterStart(ctx)
+		restarted := aerr != nil || !after.Equal(before)
+		if err == nil && !restarted {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		why := "PostgreSQL restarted during the trial"
+		if err != nil {
+			why = err.Error()
+		}
+		if i == maxAttempts || (err != nil && !restarted && !connectionLost(err)) {
+			if err == nil {
+				err = fmt.Errorf("%s", why)
+			}
+			return zero, err
+		}
+		b.logf("%s: attempt %d discarded (%s); running it again", what, i, why)
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("%s: attempt %d discarded and run again: %s", what, i, why))
+		if err := b.waitForServer(ctx); err != nil {
+			return zero, err
+		}
+	}
+}
+
+// postmasterStart is when the PostgreSQL server started. It asks twice: the
+// first try may find a pooled connection a restart has killed.
+func (b *bench) postmasterStart(ctx context.Context) (time.Time, error) {
+	var t time.Time
+	err := b.admin.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&t)
+	if err != nil {
+		err = b.admin.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&t)
+	}
+	return t, err
+}
+
+// waitForServer waits up to a minute for PostgreSQL to answer again.
+func (b *bench) waitForServer(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, err := b.postmasterStart(ctx); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("PostgreSQL did not come back: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second): // polling a server that is restarting
+		}
+	}
+}
+
+// connectionLost reports errors that a server restart or a terminated
+// backend causes, as opposed to a bug in the harness.
+func connectionLost(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 57 (operator intervention: admin shutdown, crash
+		// shutdown, cannot connect now) and 08 (connection exception).
+		return strings.HasPrefix(pgErr.Code, "57") || strings.HasPrefix(pgErr.Code, "08")
+	}
+	s := err.Error()
+	for _, frag := range []string{"conn closed", "connection refused", "unexpected EOF", "broken pipe", "connection reset", "failed to connect", "terminating connection"} {
+		if strings.Contains(s, frag) {
+			return true
+		}
+	}
+	return false
 }

@@ -49,7 +49,7 @@ const (
 // default) until every event is settled as published.
 func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, profile string) (drainResult, error) {
 	n := b.o.events
-	s, err := outboxSchema(ctx, b.admin)
+	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return drainResult{}, err
 	}
@@ -160,7 +160,7 @@ RETURNING t.id, t.payload`
 // outbox is empty.
 func (b *bench) drainCeiling(ctx context.Context, batch int, profile string) (drainResult, error) {
 	n := b.o.events
-	s, err := outboxSchema(ctx, b.admin)
+	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return drainResult{}, err
 	}
@@ -326,7 +326,7 @@ func preloadWatermill(ctx context.Context, s *schema, n int) error {
 // message and the consumer group's offset is acknowledged past the last.
 func (b *bench) drainWatermill(ctx context.Context, batch int, profile string) (drainResult, error) {
 	n := b.o.events
-	s, err := createSchema(ctx, b.admin)
+	s, err := b.createSchema(ctx)
 	if err != nil {
 		return drainResult{}, err
 	}

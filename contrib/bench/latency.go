@@ -97,7 +97,7 @@ func latencyIDs(n int) ([]core.ID, *arrivals) {
 func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode, profile string) (latencyResult, error) {
 	notify := mode != notifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
-	s, err := outboxSchema(ctx, b.admin)
+	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -207,7 +207,7 @@ func (s *notifyWatch) Listen(ctx context.Context, wake func()) error {
 // moves it to the sink.
 func (b *bench) latencyWatermill(ctx context.Context, rate int, profile string) (latencyResult, error) {
 	n := rate * int(b.o.latencyFor/time.Second)
-	s, err := createSchema(ctx, b.admin)
+	s, err := b.createSchema(ctx)
 	if err != nil {
 		return latencyResult{}, err
 	}

@@ -114,7 +114,7 @@ func (b *bench) startChild(ctx context.Context, idx int, prog chan<- progress, s
 // one lease.
 func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, error) {
 	n := b.o.events
-	s, err := outboxSchema(ctx, b.admin)
+	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return scaleResult{}, err
 	}

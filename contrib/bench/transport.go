@@ -61,7 +61,7 @@ func (c *countingEndpoint) distinct() int {
 // listen on 127.0.0.1 in this process.
 func (b *bench) drainQStash(ctx context.Context, profile string) (qstashResult, error) {
 	n := b.o.events
-	s, err := outboxSchema(ctx, b.admin)
+	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return qstashResult{}, err
 	}

@@ -80,7 +80,7 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 
 // writeSchema creates the outbox and the business table.
 func (b *bench) writeSchema(ctx context.Context) (*schema, error) {
-	s, err := outboxSchema(ctx, b.admin)
+	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return nil, err
 	}

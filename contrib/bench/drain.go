@@ -25,6 +25,7 @@ type drainResult struct {
 	dbCPU    float64 // µs of the system's PostgreSQL backends' CPU per event
 	claimMs  float64 // mean per Claim (outboxkit only)
 	settleMs float64 // mean per Settle (outboxkit only)
+	pipeMs   float64 // mean per SettleAndClaim (outboxkit only)
 	check    Check
 }
 
@@ -41,8 +42,7 @@ const (
 	kindStore        relayKind = iota // core.Relay over postgres.Store
 	kindStoreDelete                   // the same with Config.DeletePublished
 	kindProtoCtid                     // core.Relay over protoStore: settle by row address
-	kindProtoPipe                     // protoRelay: row address + pipelined settle-and-claim
-	kindProtoPipeDel                  // the same, deleting published rows
+	kindProtoCtidDel                  // the same, deleting published rows
 )
 
 // drainOutboxkit preloads the outbox and times a relay (Concurrency 2, the
@@ -63,18 +63,16 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	}
 	defer pool.Close()
 	var inner core.Store
-	var proto *protoStore
 	switch kind {
 	case kindStore, kindStoreDelete:
 		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, DisableNotify: true})
 	default:
-		proto, err = newProtoStore(pool, s, kind == kindProtoPipeDel)
-		inner = proto
+		inner, err = newProtoStore(pool, s, kind == kindProtoCtidDel)
 	}
 	if err != nil {
 		return drainResult{}, err
 	}
-	ist := &instrumentedStore{Store: inner}
+	ist, stats := instrument(inner, nil)
 	sink := &countSink{}
 	ctr := newSettleCounter(n)
 	relay, err := core.NewRelay(ist, sink, &core.RelayConfig{
@@ -88,7 +86,6 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	if err != nil {
 		return drainResult{}, err
 	}
-	conc := relay.Config().Concurrency
 
 	meter, err := newCPUMeter(ctx, pool)
 	if err != nil {
@@ -98,11 +95,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	rctx, cancel := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	start := time.Now()
-	if kind == kindProtoPipe || kind == kindProtoPipeDel {
-		go func() { runErr <- protoRelay(rctx, proto, sink, conc, batch, ctr) }()
-	} else {
-		go func() { runErr <- relay.Run(rctx) }()
-	}
+	go func() { runErr <- relay.Run(rctx) }()
 	var waitErr error
 	select {
 	case <-ctr.done:
@@ -122,7 +115,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 		return drainResult{}, waitErr
 	}
 
-	res := drainResult{seconds: elapsed.Seconds(), claimMs: ist.claim.meanMillis(), settleMs: ist.settle.meanMillis(),
+	res := drainResult{seconds: elapsed.Seconds(), claimMs: stats.claim.meanMillis(), settleMs: stats.settle.meanMillis(), pipeMs: stats.settleClaim.meanMillis(),
 		procCPU: perEvent(procCPU, n), dbCPU: perEvent(dbCPU, n)}
 	left, err := pendingCount(ctx, s)
 	if err != nil {

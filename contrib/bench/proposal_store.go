@@ -17,25 +17,23 @@ import (
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
-// protoStore prototypes two proposed changes to postgres.Store's relay
-// side, for the drain workload's -proposals rows. It covers only what a
-// drain exercises (no ordering, no destination, system clock, every event
-// published) and hands anything else to the real store.
+// protoStore prototypes a proposed change to postgres.Store's relay side,
+// for the drain workload's -proposals rows: settle by row address. It
+// covers only what a drain exercises (no ordering, no destination, system
+// clock, every event published) and hands anything else to the real store.
 //
-//   - Settle by row address: Claim returns each leased row's ctid (the HOT
-//     lease update leaves the new version there, and nothing else updates
-//     a leased row), and the publish statement finds rows with a TID scan
-//     instead of a primary-key probe per event. The lease token stays the
-//     fence: a row another relay re-claimed has another token, so it is not
-//     matched. Should a row have moved while keeping the token (nothing in
-//     outboxkit does that), it is settled by ID through the real store.
-//   - Pipelined settle-and-claim: the relay sends the settlement of batch k
-//     and the claim of batch k+1 in one round trip (one pgx batch, so one
-//     implicit transaction and one commit instead of two). That needs an
-//     optional core interface; protoRelay stands in for the relay loop.
+// Claim returns each leased row's ctid (the HOT lease update leaves the new
+// version there, and nothing else updates a leased row), and the publish
+// statement finds rows with a TID scan instead of a primary-key probe per
+// event. The lease token stays the fence: a row another relay re-claimed
+// has another token, so it is not matched. Should a row have moved while
+// keeping the token (nothing in outboxkit does that), it is settled by ID
+// through the real store. Like the store, it implements core.SettleClaimer
+// (settle and next claim in one pgx batch), so core.Relay pipelines over
+// it exactly as over postgres.Store.
 //
-// Neither changes the lease protocol: every event is still leased under a
-// token before it is published and settled only where the token matches.
+// It does not change the lease protocol: every event is still leased under
+// a token before it is published and settled only where the token matches.
 type protoStore struct {
 	real   *postgres.Store
 	pool   *pgxpool.Pool
@@ -46,6 +44,8 @@ type protoStore struct {
 	mu   sync.Mutex
 	tids map[core.ID]pgtype.TID // row address of each leased event
 }
+
+var _ core.SettleClaimer = (*protoStore)(nil)
 
 func newProtoStore(pool *pgxpool.Pool, s *schema, deletePublished bool) (*protoStore, error) {
 	real, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: true, DeletePublished: deletePublished})
@@ -209,74 +209,44 @@ func (p *protoStore) Settle(ctx context.Context, req core.SettleRequest) error {
 	return p.finishSettle(ctx, rows, req)
 }
 
-// SettleAndClaim settles one lease and claims the next batch in one round
-// trip: the optional interface the relay would look for.
-func (p *protoStore) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error) {
+// SettleAndClaim implements core.SettleClaimer: the settlement and the
+// next claim in one round trip (one pgx batch, one implicit transaction),
+// as postgres.Store does.
+func (p *protoStore) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
 	args, ok := p.settleArgs(sreq)
-	if !ok {
-		if err := p.Settle(ctx, sreq); err != nil {
-			return core.Batch{}, err
-		}
-		return p.Claim(ctx, creq)
+	if !ok || creq.Destination != "" || !creq.Now.IsZero() {
+		return p.real.SettleAndClaim(ctx, sreq, creq)
 	}
 	token, cargs := p.claimArgs(creq)
 	var b pgx.Batch
 	b.Queue(p.settleSQL, args...)
 	b.Queue(p.claimSQL, cargs...)
 	br := p.pool.SendBatch(ctx, &b)
-	defer br.Close()
 	rows, err := br.Query()
+	var settleErr error
 	if err == nil {
-		err = p.finishSettle(ctx, rows, sreq)
+		settleErr = p.finishSettle(ctx, rows, sreq)
 		rows.Close()
+		if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
+			err = settleErr
+		}
 	}
 	if err != nil {
-		return core.Batch{}, fmt.Errorf("settle: %w", err)
+		err = fmt.Errorf("settle and claim: %w", errors.Join(err, br.Close()))
+		return core.Batch{}, err, err
 	}
 	rows, err = br.Query()
 	if err != nil {
-		return core.Batch{}, fmt.Errorf("claim: %w", err)
+		err = fmt.Errorf("settle and claim: %w", errors.Join(err, br.Close()))
+		return core.Batch{}, err, err
 	}
-	defer rows.Close()
-	return p.readClaim(rows, token, creq.Limit)
-}
-
-// protoRelay is the relay loop with pipelined settle-and-claim, reduced to
-// what a drain needs: workers claim, publish, then settle and claim the next
-// batch in one round trip; a worker whose claim comes back empty stops.
-// core.Relay's retry, dead-letter and shutdown handling are left out: every
-// publish here succeeds.
-func protoRelay(ctx context.Context, st *protoStore, pub core.Publisher, workers, batch int, hook core.RelayHook) error {
-	req := core.ClaimRequest{Limit: batch, LeaseFor: 30 * time.Second}
-	var errs onceErr
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := st.Claim(ctx, req)
-			for err == nil && len(b.Events) > 0 {
-				if err = pub.Publish(ctx, b.Events); err != nil {
-					break
-				}
-				out := make([]core.Outcome, len(b.Events))
-				for i, e := range b.Events {
-					out[i] = core.Outcome{ID: e.ID, Kind: core.Published}
-				}
-				var next core.Batch
-				next, err = st.SettleAndClaim(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: out}, req)
-				var lost *core.LeaseLostError
-				if err == nil || errors.As(err, &lost) {
-					hook.AfterSettle(ctx, core.SettleInfo{Events: b.Events, Outcomes: out, Err: err})
-					err = nil
-				}
-				b = next
-			}
-			errs.set(err)
-		}()
+	next, claimErr := p.readClaim(rows, token, creq.Limit)
+	rows.Close()
+	if err := br.Close(); err != nil {
+		err = fmt.Errorf("settle and claim: %w", err)
+		return core.Batch{}, err, err
 	}
-	wg.Wait()
-	return errs.get()
+	return next, settleErr, claimErr
 }
 
 func cmpI64(a, b int64) int {

@@ -36,6 +36,7 @@ type relayReport struct {
 	DBSeconds  float64 `json:"db_cpu_seconds"`
 	ClaimMs    float64 `json:"claim_ms"`
 	SettleMs   float64 `json:"settle_ms"`
+	PipeMs     float64 `json:"settle_claim_ms"`
 }
 
 // runRelayProcess is the -role relay process of the scale-out workload: one
@@ -65,7 +66,7 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 		return err
 	}
 	leases := &leaseMap{m: make(map[core.ID]core.ID)}
-	ist := &instrumentedStore{Store: store, leases: leases}
+	ist, stats := instrument(store, leases)
 
 	f, err := os.Create(o.record)
 	if err != nil {
@@ -149,7 +150,7 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 	rep := relayReport{
 		Published: published, Settled: ctr.n.Load(), Lost: ctr.lost.Load(), NoLease: noLease,
 		HWMKiB: procField("/proc/self/status", "VmHWM"), RSSKiB: procField("/proc/self/status", "VmRSS"),
-		CPUSeconds: cpu.Seconds(), DBSeconds: dbCPU.Seconds(), ClaimMs: ist.claim.meanMillis(), SettleMs: ist.settle.meanMillis(),
+		CPUSeconds: cpu.Seconds(), DBSeconds: dbCPU.Seconds(), ClaimMs: stats.claim.meanMillis(), SettleMs: stats.settle.meanMillis(), PipeMs: stats.settleClaim.meanMillis(),
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {

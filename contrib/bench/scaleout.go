@@ -25,6 +25,7 @@ type scaleResult struct {
 	dbUsPerEv  float64 // their PostgreSQL backends' CPU per event, in µs
 	claimMs    float64
 	settleMs   float64
+	pipeMs     float64
 	check      Check
 }
 
@@ -167,7 +168,7 @@ func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, erro
 
 	res := scaleResult{seconds: elapsed.Seconds()}
 	var cpu, dbCPU float64
-	var claims, settles float64
+	var claims, settles, pipes float64
 	for _, c := range children {
 		if _, err := io.WriteString(c.stdin, "stop\n"); err != nil {
 			return scaleResult{}, err
@@ -185,6 +186,7 @@ func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, erro
 		dbCPU += c.report.DBSeconds
 		claims += c.report.ClaimMs
 		settles += c.report.SettleMs
+		pipes += c.report.PipeMs
 	}
 	for _, c := range children {
 		c.stdin.Close()
@@ -197,6 +199,7 @@ func (b *bench) scaleOut(ctx context.Context, procs, rep int) (scaleResult, erro
 	res.dbUsPerEv = dbCPU * 1e6 / float64(n)
 	res.claimMs = claims / float64(procs)
 	res.settleMs = settles / float64(procs)
+	res.pipeMs = pipes / float64(procs)
 
 	left, err := pendingCount(ctx, s)
 	if err != nil {

@@ -175,20 +175,43 @@ func (s *opStats) meanMillis() float64 {
 	return float64(s.nanos.Load()) / float64(c) / 1e6
 }
 
+// storeStats are the timings an instrumented store collects.
+type storeStats struct {
+	claim, settle, settleClaim opStats
+}
+
 // instrumentedStore wraps a core.Store to time Claim and Settle and,
 // when leases is set, to remember which lease each claimed event is under
 // (the scale-out workload's double-publish check). It forwards Listen, so
-// the relay still finds the store's Notifier.
+// the relay still finds the store's Notifier; instrument adds
+// SettleAndClaim when the store has it, so the relay still pipelines.
 type instrumentedStore struct {
 	core.Store
-	claim, settle opStats
-	leases        *leaseMap
+	stats  *storeStats
+	leases *leaseMap
+}
+
+// instrumentedSettleClaimer is an instrumentedStore over a store that
+// implements core.SettleClaimer.
+type instrumentedSettleClaimer struct {
+	*instrumentedStore
+	sc core.SettleClaimer
+}
+
+// instrument wraps inner; the result is a core.SettleClaimer exactly when
+// inner is one.
+func instrument(inner core.Store, leases *leaseMap) (core.Store, *storeStats) {
+	st := &instrumentedStore{Store: inner, stats: &storeStats{}, leases: leases}
+	if sc, ok := inner.(core.SettleClaimer); ok {
+		return &instrumentedSettleClaimer{instrumentedStore: st, sc: sc}, st.stats
+	}
+	return st, st.stats
 }
 
 func (s *instrumentedStore) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
 	start := time.Now()
 	b, err := s.Store.Claim(ctx, req)
-	s.claim.observe(start, len(b.Events))
+	s.stats.claim.observe(start, len(b.Events))
 	if err == nil && s.leases != nil {
 		s.leases.put(b)
 	}
@@ -198,7 +221,7 @@ func (s *instrumentedStore) Claim(ctx context.Context, req core.ClaimRequest) (c
 func (s *instrumentedStore) Settle(ctx context.Context, req core.SettleRequest) error {
 	start := time.Now()
 	err := s.Store.Settle(ctx, req)
-	s.settle.observe(start, len(req.Outcomes))
+	s.stats.settle.observe(start, len(req.Outcomes))
 	return err
 }
 
@@ -208,6 +231,16 @@ func (s *instrumentedStore) Listen(ctx context.Context, wake func()) error {
 	}
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+func (s *instrumentedSettleClaimer) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
+	start := time.Now()
+	b, settleErr, claimErr := s.sc.SettleAndClaim(ctx, sreq, creq)
+	s.stats.settleClaim.observe(start, len(sreq.Outcomes))
+	if claimErr == nil && s.leases != nil {
+		s.leases.put(b)
+	}
+	return b, settleErr, claimErr
 }
 
 // leaseMap remembers the lease token of each claimed, not yet published

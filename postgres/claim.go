@@ -311,16 +311,17 @@ func cleanErrorText(s string) string {
 // eventScanner reads the eventColumns of a row into a core.Event. Its scratch
 // fields are reused across rows.
 type eventScanner struct {
-	id      pgtype.UUID
-	version int32
-	seq     pgtype.Int8
-	headers []byte
-	att     int32
+	id             pgtype.UUID
+	version        int32
+	seq            pgtype.Int8
+	headers        []byte
+	att            int32
+	created, avail pgtype.Timestamptz
 }
 
 func (sc *eventScanner) dests(e *core.Event) []any {
 	return []any{&sc.id, &e.Type, &sc.version, &e.Source, &e.AggregateType, &e.AggregateID, &sc.seq,
-		(*[]byte)(&e.Payload), &sc.headers, &e.Destination, &e.CreatedAt, &e.AvailableAt, &sc.att}
+		(*[]byte)(&e.Payload), &sc.headers, &e.Destination, &sc.created, &sc.avail, &sc.att}
 }
 
 func (sc *eventScanner) finish(e *core.Event) {
@@ -331,6 +332,20 @@ func (sc *eventScanner) finish(e *core.Event) {
 	}
 	e.Attempts = int(sc.att)
 	e.Headers = decodeHeaders(sc.headers)
+	e.CreatedAt = finiteTime(sc.created)
+	e.AvailableAt = finiteTime(sc.avail)
+}
+
+// finiteTime reads a timestamptz that may be 'infinity' or '-infinity',
+// which a plain-SQL writer can store and time.Time cannot hold, as the zero
+// time ("unknown"). Failing the scan instead would fail every claim that
+// includes the row, after the claim had leased it: the row would stay the
+// oldest due and stall the relay for good.
+func finiteTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
+		return time.Time{}
+	}
+	return t.Time
 }
 
 // decodeHeaders reads the headers column. It never fails: a row written by

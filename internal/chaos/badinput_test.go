@@ -131,21 +131,14 @@ func TestBadInputEndToEnd(t *testing.T) {
 	}
 }
 
-// infiniteTimeFixed turns TestInfiniteTimestampRowDoesNotStallClaims on;
-// the fix belongs in postgres (see issue 8's report).
-const infiniteTimeFixed = false
-
 // TestInfiniteTimestampRowDoesNotStallClaims: timestamptz accepts
-// 'infinity', so a plain-SQL writer can store created_at = 'infinity'. The
+// 'infinity', so a plain-SQL writer can store created_at = 'infinity' (or
+// available_at = '-infinity'). The
 // claim's UPDATE leases the row, then reading it into a time.Time fails, so
 // the claim returns an error and no event: the row is due again at every
 // lease expiry and sits at the head of the order, and with it every event
 // the relay would claim beside it waits forever.
 func TestInfiniteTimestampRowDoesNotStallClaims(t *testing.T) {
-	if !infiniteTimeFixed {
-		t.Skip("known bug, fix proposed in issue 8's report: a row with created_at = 'infinity' makes every claim that includes it fail; " +
-			"set infiniteTimeFixed once the fix lands")
-	}
 	pool := pgtest.Pool(t, 2)
 	schema := pgtest.Schema(t, pool, "chaosinf")
 	ctx := context.Background()
@@ -160,7 +153,8 @@ func TestInfiniteTimestampRowDoesNotStallClaims(t *testing.T) {
 	// Either the table refuses the row, or the store relays it like any
 	// other; what must not happen is a claim that fails for the healthy
 	// event beside it.
-	_, insertErr := pool.Exec(ctx, `INSERT INTO "`+schema+`".outbox_events (id, event_type, payload, created_at) VALUES ($1, 'a', '{}', 'infinity')`, core.NewID().String())
+	_, insertErr := pool.Exec(ctx, `INSERT INTO "`+schema+`".outbox_events (id, event_type, payload, created_at, available_at) VALUES
+		($1, 'a', '{}', 'infinity', now()), ($2, 'a', '{}', now(), '-infinity')`, core.NewID().String(), core.NewID().String())
 	if _, err := pool.Exec(ctx, `INSERT INTO "`+schema+`".outbox_events (id, event_type, payload) VALUES ($1, 'b', '{}')`, healthy.String()); err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,9 @@ const (
 var traceHeaders = [...]string{"traceparent", "tracestate", "baggage"}
 
 // CloudEventHeaders returns e's attributes and headers as CloudEvents
-// binary-mode headers. The payload travels as the message body.
+// binary-mode headers. The payload travels as the message body. ce-time is
+// omitted when CreatedAt is zero or outside the years 0000 to 9999 that
+// RFC 3339 can write.
 func CloudEventHeaders(e Event) map[string]string {
 	h := make(map[string]string, 10+len(e.Headers))
 	h[HeaderSpecVersion] = SpecVersion
@@ -52,7 +54,10 @@ func CloudEventHeaders(e Event) map[string]string {
 	}
 	h[HeaderSource] = src
 	h[HeaderContentType] = "application/json"
-	if !e.CreatedAt.IsZero() {
+	// RFC 3339 writes four-digit years only: a time outside them (a
+	// plain-SQL row's created_at, say) would make the whole message
+	// undecodable, so it is left out, as an unknown time is.
+	if y := e.CreatedAt.UTC().Year(); !e.CreatedAt.IsZero() && y >= 0 && y <= 9999 {
 		h[HeaderTime] = e.CreatedAt.UTC().Format(time.RFC3339Nano)
 	}
 	if e.AggregateID != "" {

@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test fmt-check vet unit deps-check otel-sdk-check examples-smoke fmt jaeger-check
+.PHONY: test fmt-check vet unit deps-check otel-sdk-check examples-smoke fmt jaeger-check chaos fuzz
 
 test: fmt-check vet deps-check otel-sdk-check unit examples-smoke
 
@@ -41,3 +41,18 @@ examples-smoke:
 	$(GO) run ./examples/quickstart
 	$(GO) run ./examples/jaeger -otlp-endpoint=
 	$(GO) run ./examples/custom-adapter
+
+# The long fault-injection suite (about 4 minutes). It restarts the local
+# PostgreSQL (immediate mode), so run it alone. `make test` runs the short
+# version as part of `unit`.
+chaos:
+	$(GO) test -race -count=1 -v -timeout 20m -run 'TestChaosLong' ./internal/chaos/ -args -long
+
+# Fuzz targets. An execution count rather than a duration sidesteps a Go 1.26
+# fuzzing bug that reports "context deadline exceeded" at the time limit.
+FUZZTIME ?= 400000x
+fuzz:
+	$(GO) test ./qstash/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -parallel 1
+	$(GO) test ./qstash/ -run '^$$' -fuzz '^FuzzDecodeHeaders$$' -fuzztime $(FUZZTIME) -parallel 1
+	$(GO) test ./internal/chaos/ -run '^$$' -fuzz '^FuzzEventFromCloudEventHeaders$$' -fuzztime $(FUZZTIME) -parallel 1
+	$(GO) test ./internal/chaos/ -run '^$$' -fuzz '^FuzzCloudEventRoundTrip$$' -fuzztime $(FUZZTIME) -parallel 1

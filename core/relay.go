@@ -245,16 +245,49 @@ func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, 
 
 // publishBatch publishes a claimed batch and decides each event's outcome.
 func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleRequest, SettleInfo) {
-	pubCtx, cancel := context.WithTimeout(hardCtx, r.cfg.PublishTimeout)
-	start := r.cfg.Clock.Now()
-	pubErr := r.publish(pubCtx, batch.Events)
-	elapsed := r.cfg.Clock.Now().Sub(start)
-	cancel()
+	// Rows written by other services (plain SQL) have not been through Go's
+	// validation. An invalid one can never be delivered usefully, so it is
+	// dead-lettered here, in the outbox where operators look, instead of
+	// being refused by every consumer after all of a transport's retries.
+	errs := make([]error, len(batch.Events))
+	send := batch.Events
+	var sent []int // when some events are held back: indexes of those sent
+	invalid := 0
+	for i := range batch.Events {
+		if err := batch.Events[i].Validate(); err != nil {
+			errs[i] = Permanent(err)
+			invalid++
+		}
+	}
+	if invalid > 0 {
+		send = make([]Event, 0, len(batch.Events)-invalid)
+		for i, e := range batch.Events {
+			if errs[i] == nil {
+				sent = append(sent, i)
+				send = append(send, e)
+			}
+		}
+	}
 
-	errs := EventErrors(len(batch.Events), pubErr)
+	var elapsed time.Duration
+	if len(send) > 0 {
+		pubCtx, cancel := context.WithTimeout(hardCtx, r.cfg.PublishTimeout)
+		start := r.cfg.Clock.Now()
+		pubErr := r.publish(pubCtx, send)
+		elapsed = r.cfg.Clock.Now().Sub(start)
+		cancel()
+		sendErrs := EventErrors(len(send), pubErr)
+		if sent == nil {
+			errs = sendErrs
+		} else {
+			for k, i := range sent {
+				errs[i] = sendErrs[k]
+			}
+		}
+	}
 	outcomes := make([]Outcome, len(batch.Events))
 	for i, e := range batch.Events {
-		if errs[i] != nil && (hardCtx.Err() != nil || IsNotAttempted(errs[i])) {
+		if errs[i] != nil && !IsPermanent(errs[i]) && (hardCtx.Err() != nil || IsNotAttempted(errs[i])) {
 			// Shutdown cut this publish short, or the publisher never tried
 			// the event: the attempt says nothing about it, so give it back
 			// untouched.

@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -361,4 +362,43 @@ func TestRelayNegativeShutdownTimeoutCancelsAtOnce(t *testing.T) {
 	if st, _ := f.store.Get(events[0].ID); st.Event.Attempts != 0 || !st.LeaseUntil.IsZero() {
 		t.Fatalf("event not released: %+v", st)
 	}
+}
+
+func TestRelayDeadLettersInvalidRowsWithoutPublishing(t *testing.T) {
+	f := newRelayFixture(t, nil, nil, core.RelayConfig{})
+	events := f.add(3)
+	// A store hands back whatever another service wrote; simulate a row
+	// whose type is empty by wrapping the store's claim.
+	bad := events[1].ID
+	relay, err := core.NewRelay(claimMutator{f.store, func(e *core.Event) {
+		if e.ID == bad {
+			e.Type = ""
+		}
+	}}, f.pub, &core.RelayConfig{Clock: f.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := relay.Drain(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.pub.Published(); len(got) != 2 || got[0].ID == bad || got[1].ID == bad {
+		t.Fatalf("published %d events (want the 2 valid ones): %+v", len(got), got)
+	}
+	st, _ := f.store.Get(bad)
+	if st.DeadAt.IsZero() || !strings.Contains(st.LastError, "Type") {
+		t.Fatalf("invalid event not dead-lettered with its reason: %+v", st)
+	}
+}
+
+type claimMutator struct {
+	*memory.Store
+	mutate func(*core.Event)
+}
+
+func (c claimMutator) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	b, err := c.Store.Claim(ctx, req)
+	for i := range b.Events {
+		c.mutate(&b.Events[i])
+	}
+	return b, err
 }

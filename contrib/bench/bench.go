@@ -32,18 +32,21 @@ func (b *bench) logf(format string, args ...any) {
 
 // System names in the tables.
 const (
-	sysOutboxkit = "outboxkit"
-	sysDelete    = "outboxkit DeletePublished"
-	sysWatermill = "watermill forwarder"
-	sysCeiling   = "SQL ceiling"
-	sysPgbench   = "pgbench"
-	sysNotify    = "outboxkit NOTIFY (1 s poll)"
-	sysPoll      = "outboxkit poll 10 ms"
-	sysWmPoll    = "watermill poll 10 ms"
-	sysAfter     = "outboxkit NOTIFY after COMMIT (proposal)"
-	sysCoalesce  = "outboxkit coalesced NOTIFY after COMMIT (proposal)"
-	sysProtoCtid = "proposal: settle by ctid"
-	sysProtoDel  = "proposal: settle by ctid, DeletePublished"
+	sysOutboxkit   = "outboxkit"
+	sysDelete      = "outboxkit DeletePublished"
+	sysWatermill   = "watermill forwarder"
+	sysCeiling     = "SQL ceiling"
+	sysPgbench     = "pgbench"
+	sysNotify      = "outboxkit NOTIFY (1 s poll)"
+	sysPoll        = "outboxkit poll 10 ms"
+	sysWmPoll      = "watermill poll 10 ms"
+	sysAfter       = "outboxkit NOTIFY after COMMIT (proposal)"
+	sysCoalesce    = "outboxkit coalesced NOTIFY after COMMIT (proposal)"
+	sysProtoCtid   = "proposal: settle by ctid"
+	sysProtoDel    = "proposal: settle by ctid, DeletePublished"
+	sysAsync       = "proposal: synchronous_commit=off"
+	sysCeilAsync   = "SQL ceiling, synchronous_commit=off"
+	sysAsyncNotify = "outboxkit NOTIFY, relay synchronous_commit=off (proposal)"
 )
 
 // runAll runs every selected workload, reps times each, and returns the
@@ -115,7 +118,7 @@ func (b *bench) runDrain(ctx context.Context) error {
 		systems = append(systems, sysDelete)
 	}
 	if b.o.proposals {
-		systems = append(systems, sysProtoCtid, sysProtoDel)
+		systems = append(systems, sysProtoCtid, sysProtoDel, sysAsync, sysCeilAsync)
 	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, batch := range b.o.batches {
@@ -132,10 +135,14 @@ func (b *bench) runDrain(ctx context.Context) error {
 						return b.drainOutboxkit(ctx, batch, kindProtoCtid, prof)
 					case sysProtoDel:
 						return b.drainOutboxkit(ctx, batch, kindProtoCtidDel, prof)
+					case sysAsync:
+						return b.drainOutboxkit(ctx, batch, kindStoreAsync, prof)
 					case sysWatermill:
 						return b.drainWatermill(ctx, batch, prof)
+					case sysCeilAsync:
+						return b.drainCeiling(ctx, batch, true, prof)
 					default:
-						return b.drainCeiling(ctx, batch, prof)
+						return b.drainCeiling(ctx, batch, false, prof)
 					}
 				})
 				if err != nil {
@@ -161,9 +168,10 @@ func (b *bench) runDrain(ctx context.Context) error {
 
 func (b *bench) runLatency(ctx context.Context) error {
 	type variant struct {
-		sys  string
-		mode notifyMode
-		wm   bool
+		sys   string
+		mode  notifyMode
+		wm    bool
+		async bool
 	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, rate := range b.o.rates {
@@ -173,7 +181,8 @@ func (b *bench) runLatency(ctx context.Context) error {
 				variants = append(variants, variant{sys: sysWmPoll, wm: true})
 			}
 			if b.o.proposals {
-				variants = append(variants, variant{sys: sysCoalesce, mode: notifyCoalesced})
+				variants = append(variants, variant{sys: sysCoalesce, mode: notifyCoalesced},
+					variant{sys: sysAsyncNotify, mode: notifyInTx, async: true})
 			}
 			for _, v := range rotate(variants, rep) {
 				prof := b.profilePath(rep, "latency", cas, v.sys)
@@ -181,7 +190,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 					if v.wm {
 						return b.latencyWatermill(ctx, rate, prof)
 					}
-					return b.latencyOutboxkit(ctx, rate, v.mode, prof)
+					return b.latencyOutboxkit(ctx, rate, v.mode, v.async, prof)
 				})
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", v.sys, cas, err)
@@ -301,6 +310,7 @@ func (b *bench) finish() {
 		for _, p := range []string{sysProtoCtid, sysProtoDel} {
 			r.ratio("drain", cas, p+" / SQL ceiling", "events/s", p, sysCeiling)
 		}
+		r.ratio("drain", cas, "synchronous_commit=off: outboxkit / SQL ceiling", "events/s", sysAsync, sysCeilAsync)
 	}
 	for _, cas := range []string{caseAlone, caseEvent, caseAfter} {
 		r.ratio("write", cas, "outboxkit / pgbench", "tx/s", sysOutboxkit, sysPgbench)

@@ -26,11 +26,15 @@ const benchPayload = `{"order": 12345, "status": "confirmed", "total": "99.95"}`
 const preloadChunk = 1000
 
 // newPool opens a pool of maxConns connections on dsn and opens them all
-// before returning, so no measurement pays for connecting.
-func newPool(ctx context.Context, dsn string, maxConns int32) (*pgxpool.Pool, error) {
+// before returning, so no measurement pays for connecting. params are
+// session settings (run-time parameters) for every connection.
+func newPool(ctx context.Context, dsn string, maxConns int32, params ...string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("parse -dsn: %w", err)
+	}
+	for i := 0; i+1 < len(params); i += 2 {
+		cfg.ConnConfig.RuntimeParams[params[i]] = params[i+1]
 	}
 	cfg.MaxConns = maxConns
 	cfg.MinConns = maxConns

@@ -43,6 +43,7 @@ const (
 	kindStoreDelete                   // the same with Config.DeletePublished
 	kindProtoCtid                     // core.Relay over protoStore: settle by row address
 	kindProtoCtidDel                  // the same, deleting published rows
+	kindStoreAsync                    // kindStore, synchronous_commit=off on the relay's connections
 )
 
 // drainOutboxkit preloads the outbox and times a relay (Concurrency 2, the
@@ -57,14 +58,18 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	if _, err := preloadOutbox(ctx, s, n); err != nil {
 		return drainResult{}, err
 	}
-	pool, err := newPool(ctx, b.o.dsn, 3)
+	var params []string
+	if kind == kindStoreAsync {
+		params = asyncCommit()
+	}
+	pool, err := newPool(ctx, b.o.dsn, 3, params...)
 	if err != nil {
 		return drainResult{}, err
 	}
 	defer pool.Close()
 	var inner core.Store
 	switch kind {
-	case kindStore, kindStoreDelete:
+	case kindStore, kindStoreDelete, kindStoreAsync:
 		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, DisableNotify: true})
 	default:
 		inner, err = newProtoStore(pool, s, kind == kindProtoCtidDel)
@@ -149,9 +154,13 @@ WHERE t.ctid = ANY(ARRAY(
 RETURNING t.id, t.payload`
 }
 
+// asyncCommit is the session setting of the synchronous_commit=off
+// proposal (proposal.go).
+func asyncCommit() []string { return []string{"synchronous_commit", "off"} }
+
 // drainCeiling times the ceiling statement run by two workers until the
-// outbox is empty.
-func (b *bench) drainCeiling(ctx context.Context, batch int, profile string) (drainResult, error) {
+// outbox is empty; async runs it with synchronous_commit=off.
+func (b *bench) drainCeiling(ctx context.Context, batch int, async bool, profile string) (drainResult, error) {
 	n := b.o.events
 	s, err := b.outboxSchema(ctx)
 	if err != nil {
@@ -162,7 +171,11 @@ func (b *bench) drainCeiling(ctx context.Context, batch int, profile string) (dr
 		return drainResult{}, err
 	}
 	const workers = 2
-	pool, err := newPool(ctx, b.o.dsn, workers)
+	var params []string
+	if async {
+		params = asyncCommit()
+	}
+	pool, err := newPool(ctx, b.o.dsn, workers, params...)
 	if err != nil {
 		return drainResult{}, err
 	}

@@ -41,7 +41,7 @@ func BenchmarkDrain(b *testing.B) {
 				case sysWatermill:
 					res, err = bn.drainWatermill(ctx, batch, "")
 				case sysCeiling:
-					res, err = bn.drainCeiling(ctx, batch, "")
+					res, err = bn.drainCeiling(ctx, batch, false, "")
 				}
 				if err != nil {
 					b.Fatal(err)

@@ -94,7 +94,10 @@ func latencyIDs(n int) ([]core.ID, *arrivals) {
 // mode notifyAfterCommit or notifyCoalesced measures a proposal: the
 // producers' store sends nothing, and the wake-up follows each COMMIT (see
 // proposal.go).
-func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode, profile string) (latencyResult, error) {
+//
+// async runs the relay's connections with synchronous_commit=off (a
+// proposal, see proposal.go).
+func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode, async bool, profile string) (latencyResult, error) {
 	notify := mode != notifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
 	s, err := b.outboxSchema(ctx)
@@ -105,7 +108,11 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode,
 	ids, arr := latencyIDs(n)
 	payload := []byte(benchPayload)
 
-	relayPool, err := newPool(ctx, b.o.dsn, 3)
+	var params []string
+	if async {
+		params = asyncCommit()
+	}
+	relayPool, err := newPool(ctx, b.o.dsn, 3, params...)
 	if err != nil {
 		return latencyResult{}, err
 	}

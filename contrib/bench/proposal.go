@@ -11,6 +11,17 @@ import (
 // the real thing with -proposals. They are not products: each exists to put
 // a number on a proposal in docs/BENCHMARKS.md.
 
+// synchronous_commit=off on the relay's connections (asyncCommit): the
+// claim and the settlement then return without waiting for their WAL flush.
+// Visibility is unchanged (other relays see a lease as soon as it commits),
+// so leases and fencing work as before. What changes is durability across
+// a PostgreSQL crash: a lease or an outcome committed in the last few
+// hundred milliseconds before the crash may be lost, and those events are
+// published again (a lost lease) or retried (a lost outcome). That is
+// within at-least-once delivery, but it is more redelivery after a database
+// crash, so it is a decision for the maintainers, not a default; the
+// business transactions (Add) are not affected.
+
 // notifyMode is how a writer's wake-up reaches the relays.
 type notifyMode int
 

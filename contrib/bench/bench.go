@@ -45,6 +45,7 @@ const (
 	sysProtoCtid   = "proposal: settle by ctid"
 	sysProtoDel    = "proposal: settle by ctid, DeletePublished"
 	sysAsync       = "proposal: synchronous_commit=off"
+	sysArchive     = "proposal: settle by ctid, move to archive table"
 	sysCeilAsync   = "SQL ceiling, synchronous_commit=off"
 	sysAsyncNotify = "outboxkit NOTIFY, relay synchronous_commit=off (proposal)"
 )
@@ -118,7 +119,7 @@ func (b *bench) runDrain(ctx context.Context) error {
 		systems = append(systems, sysDelete)
 	}
 	if b.o.proposals {
-		systems = append(systems, sysProtoCtid, sysProtoDel, sysAsync, sysCeilAsync)
+		systems = append(systems, sysProtoCtid, sysProtoDel, sysArchive, sysAsync, sysCeilAsync)
 	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, batch := range b.o.batches {
@@ -135,6 +136,8 @@ func (b *bench) runDrain(ctx context.Context) error {
 						return b.drainOutboxkit(ctx, batch, kindProtoCtid, prof)
 					case sysProtoDel:
 						return b.drainOutboxkit(ctx, batch, kindProtoCtidDel, prof)
+					case sysArchive:
+						return b.drainOutboxkit(ctx, batch, kindProtoArchive, prof)
 					case sysAsync:
 						return b.drainOutboxkit(ctx, batch, kindStoreAsync, prof)
 					case sysWatermill:
@@ -307,7 +310,7 @@ func (b *bench) finish() {
 		r.ratio("drain", cas, "watermill / SQL ceiling", "events/s", sysWatermill, sysCeiling)
 		r.ratio("drain", cas, "DeletePublished / SQL ceiling", "events/s", sysDelete, sysCeiling)
 		r.ratio("drain", cas, "DeletePublished / watermill", "events/s", sysDelete, sysWatermill)
-		for _, p := range []string{sysProtoCtid, sysProtoDel} {
+		for _, p := range []string{sysProtoCtid, sysProtoDel, sysArchive} {
 			r.ratio("drain", cas, p+" / SQL ceiling", "events/s", p, sysCeiling)
 		}
 		r.ratio("drain", cas, "synchronous_commit=off: outboxkit / SQL ceiling", "events/s", sysAsync, sysCeilAsync)

@@ -44,6 +44,7 @@ const (
 	kindProtoCtid                     // core.Relay over protoStore: settle by row address
 	kindProtoCtidDel                  // the same, deleting published rows
 	kindStoreAsync                    // kindStore, synchronous_commit=off on the relay's connections
+	kindProtoArchive                  // protoStore moving published rows to an archive table
 )
 
 // drainOutboxkit preloads the outbox and times a relay (Concurrency 2, the
@@ -71,8 +72,12 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	switch kind {
 	case kindStore, kindStoreDelete, kindStoreAsync:
 		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, DisableNotify: true})
-	default:
-		inner, err = newProtoStore(pool, s, kind == kindProtoCtidDel)
+	case kindProtoCtid:
+		inner, err = newProtoStore(ctx, pool, s, settleUpdate)
+	case kindProtoCtidDel:
+		inner, err = newProtoStore(ctx, pool, s, settleDelete)
+	case kindProtoArchive:
+		inner, err = newProtoStore(ctx, pool, s, settleArchive)
 	}
 	if err != nil {
 		return drainResult{}, err
@@ -127,7 +132,13 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 		return drainResult{}, err
 	}
 	got := sink.n.Load()
-	res.check = Check{OK: left == 0 && got == int64(n) && ctr.lost.Load() == 0,
+	archived := int64(-1)
+	if kind == kindProtoArchive {
+		if archived, err = tableCount(ctx, s, archiveTable); err != nil {
+			return drainResult{}, err
+		}
+	}
+	res.check = Check{OK: left == 0 && got == int64(n) && ctr.lost.Load() == 0 && (archived < 0 || archived == int64(n)),
 		Detail: fmt.Sprintf("sink received %d of %d, %d rows still pending, %d settled under a lost lease", got, n, left, ctr.lost.Load())}
 	return res, nil
 }

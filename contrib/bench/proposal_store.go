@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,9 +36,8 @@ import (
 // It does not change the lease protocol: every event is still leased under
 // a token before it is published and settled only where the token matches.
 type protoStore struct {
-	real   *postgres.Store
-	pool   *pgxpool.Pool
-	delete bool // settle published rows by DELETE (Config.DeletePublished)
+	real *postgres.Store
+	pool *pgxpool.Pool
 
 	claimSQL, settleSQL string
 
@@ -47,8 +47,36 @@ type protoStore struct {
 
 var _ core.SettleClaimer = (*protoStore)(nil)
 
-func newProtoStore(pool *pgxpool.Pool, s *schema, deletePublished bool) (*protoStore, error) {
-	real, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: true, DeletePublished: deletePublished})
+// protoSettle is what the prototype's settlement does with a published row.
+type protoSettle int
+
+const (
+	settleUpdate  protoSettle = iota // stamp published_at, as the store does
+	settleDelete                     // delete it (Config.DeletePublished)
+	settleArchive                    // move it to an append-only archive table
+)
+
+// archiveTable is the archive of settleArchive, beside the outbox.
+const archiveTable = "outbox_events_archive"
+
+// createArchive creates the archive table of settleArchive: the outbox's
+// columns, a primary key (replay and inspection find events by ID; UUID v7
+// keys append at the index's right edge) and no other index, so moving a
+// row costs one heap insert and one key insert instead of an update that
+// maintains the outbox's indexes.
+func createArchive(ctx context.Context, s *schema) error {
+	_, err := s.pool.Exec(ctx, `CREATE TABLE `+s.table(archiveTable)+` (LIKE `+s.table(postgres.DefaultTable)+` INCLUDING DEFAULTS);
+ALTER TABLE `+s.table(archiveTable)+` ADD PRIMARY KEY (id)`)
+	return err
+}
+
+func newProtoStore(ctx context.Context, pool *pgxpool.Pool, s *schema, mode protoSettle) (*protoStore, error) {
+	if mode == settleArchive {
+		if err := createArchive(ctx, s); err != nil {
+			return nil, err
+		}
+	}
+	real, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: true, DeletePublished: mode == settleDelete})
 	if err != nil {
 		return nil, err
 	}
@@ -70,10 +98,23 @@ RETURNING t.id, t.event_type, t.schema_version, t.source, t.aggregate_type, t.ag
 	settle := `UPDATE ` + t + ` t SET published_at = now(), lease_token = NULL, lease_until = NULL
 WHERE t.ctid = ANY($2::tid[]) AND t.lease_token = $1
 RETURNING t.id`
-	if deletePublished {
+	switch mode {
+	case settleDelete:
 		settle = `DELETE FROM ` + t + ` t WHERE t.ctid = ANY($2::tid[]) AND t.lease_token = $1 RETURNING t.id`
+	case settleArchive:
+		// One statement: the rows leave the outbox (which stays as small
+		// as the backlog) and land in the archive with published_at set.
+		cols := `id, event_type, schema_version, payload, created_at, attempts, last_error, source, aggregate_type,
+	aggregate_id, sequence, headers, destination, available_at, dead_at, pos`
+		settle = `WITH d AS (
+DELETE FROM ` + t + ` t WHERE t.ctid = ANY($2::tid[]) AND t.lease_token = $1
+RETURNING ` + prefixCols("t.", cols) + `
+)
+INSERT INTO ` + s.table(archiveTable) + ` (` + cols + `, published_at)
+SELECT ` + cols + `, now() FROM d
+RETURNING id`
 	}
-	return &protoStore{real: real, pool: pool, delete: deletePublished, claimSQL: claim, settleSQL: settle, tids: make(map[core.ID]pgtype.TID)}, nil
+	return &protoStore{real: real, pool: pool, claimSQL: claim, settleSQL: settle, tids: make(map[core.ID]pgtype.TID)}, nil
 }
 
 func (p *protoStore) claimArgs(req core.ClaimRequest) (core.ID, []any) {
@@ -247,6 +288,14 @@ func (p *protoStore) SettleAndClaim(ctx context.Context, sreq core.SettleRequest
 		return core.Batch{}, err, err
 	}
 	return next, settleErr, claimErr
+}
+
+func prefixCols(prefix, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, p := range parts {
+		parts[i] = prefix + strings.TrimSpace(p)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func cmpI64(a, b int64) int {

@@ -286,7 +286,7 @@ func (b *bench) runScaleOut(ctx context.Context) error {
 				return fmt.Errorf("%s: %w", cas, err)
 			}
 			b.logf("scaleout %s rep %d: %.0f events/s, peak RSS %.1f MiB", cas, rep+1, float64(n)/res.seconds, res.maxHWMMiB)
-			sys := fmt.Sprintf("%s batch=%d", sysOutboxkit, b.o.procBatch)
+			sys := b.scaleSys()
 			b.rep.add("scaleout", cas, sys, "events/s", float64(n)/res.seconds)
 			b.rep.add("scaleout", cas, sys, "peak RSS MiB", res.maxHWMMiB)
 			b.rep.add("scaleout", cas, sys, "Go CPU µs/event", res.cpuUsPerEv)
@@ -298,6 +298,14 @@ func (b *bench) runScaleOut(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// scaleSys names the scale-out relays in the tables.
+func (b *bench) scaleSys() string {
+	if b.o.procConc > 0 {
+		return fmt.Sprintf("%s batch=%d concurrency=%d", sysOutboxkit, b.o.procBatch, b.o.procConc)
+	}
+	return fmt.Sprintf("%s batch=%d", sysOutboxkit, b.o.procBatch)
 }
 
 // finish computes ratios and judges the targets.
@@ -324,7 +332,7 @@ func (b *bench) finish() {
 	r.ratioOf("write", "pgbench with NOTIFY / without", "tx/s", caseNotify, sysPgbench, caseEvent, sysPgbench)
 	r.ratioOf("write", "with event / alone (pgbench)", "tx/s", caseEvent, sysPgbench, caseAlone, sysPgbench)
 	r.ratioOf("write", "with event / alone (outboxkit)", "tx/s", caseEvent, sysOutboxkit, caseAlone, sysOutboxkit)
-	scaleSys := fmt.Sprintf("%s batch=%d", sysOutboxkit, b.o.procBatch)
+	scaleSys := b.scaleSys()
 	for _, p := range b.o.procs {
 		if p != 1 {
 			r.ratioOf("scaleout", fmt.Sprintf("%d procs / 1 proc", p), "events/s", fmt.Sprintf("procs=%d", p), scaleSys, "procs=1", scaleSys)

@@ -32,6 +32,7 @@ type options struct {
 	writers    int
 	procs      []int
 	procBatch  int
+	procConc   int
 	qsBatch    int
 	qsConc     int
 	wmRates    []int
@@ -71,6 +72,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.writers, "writers", 8, "concurrent writers (write workload) and producers (latency workload)")
 	fs.StringVar(&procs, "procs", "1,2,4", "relay process counts for the scaleout workload")
 	fs.IntVar(&o.procBatch, "procs-batch", 100, "relay batch size in the scaleout workload")
+	fs.IntVar(&o.procConc, "procs-concurrency", 0, "relay Concurrency of each scaleout process (0: core's default, 2)")
 	fs.IntVar(&o.qsBatch, "qstash-batch", 100, "relay batch size in the qstash workload")
 	fs.IntVar(&o.qsConc, "qstash-concurrency", 2, "relay Concurrency in the qstash workload")
 	wmRates := fs.String("watermill-rates", "500,1000", "rates at which the latency workload also measures Watermill's forwarder (10 ms poll); \"none\" for none")

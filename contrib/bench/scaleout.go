@@ -75,7 +75,7 @@ func (b *bench) startChild(ctx context.Context, idx int, prog chan<- progress, s
 		return nil, err
 	}
 	args := []string{"-role", "relay", "-dsn", b.o.dsn, "-schema", schemaName, "-record", record,
-		"-procs-batch", strconv.Itoa(b.o.procBatch)}
+		"-procs-batch", strconv.Itoa(b.o.procBatch), "-relay-concurrency", strconv.Itoa(b.o.procConc)}
 	if profile != "" {
 		args = append(args, "-relay-cpuprofile", profile)
 	}

@@ -132,7 +132,10 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 	rctx, cancel := context.WithCancel(ctx)
 	runErr := make(chan error, 1)
 	go func() { runErr <- relay.Run(rctx) }()
-	for in.Scan() && in.Text() != "stop" {
+	for in.Scan() {
+		if in.Text() == "stop" {
+			break
+		}
 	}
 	cancel()
 	err = <-runErr

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
@@ -34,7 +35,7 @@ type child struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	lines   chan string // stdout lines other than progress; closed at EOF
-	stderr  bytes.Buffer
+	stderr  syncBuffer
 	record  string
 	settled int64
 	report  *relayReport
@@ -58,6 +59,25 @@ func (c *child) wait(ctx context.Context, prefix string, timeout time.Duration) 
 			return "", ctx.Err()
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the child process's
+// stderr is still being copied into it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // progress is a relay process's "n <settled>" line, or its end of output.

@@ -48,6 +48,7 @@ const (
 	sysArchive     = "proposal: settle by ctid, move to archive table"
 	sysCeilAsync   = "SQL ceiling, synchronous_commit=off"
 	sysAsyncNotify = "outboxkit NOTIFY, relay synchronous_commit=off (proposal)"
+	sysReclaim     = "outboxkit poll 10 ms, claim again after a non-empty batch (proposal)"
 )
 
 // runAll runs every selected workload, reps times each, and returns the
@@ -171,21 +172,21 @@ func (b *bench) runDrain(ctx context.Context) error {
 
 func (b *bench) runLatency(ctx context.Context) error {
 	type variant struct {
-		sys   string
-		mode  notifyMode
-		wm    bool
-		async bool
+		sys string
+		v   latencyVariant
+		wm  bool
 	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, rate := range b.o.rates {
 			cas := fmt.Sprintf("%d/s", rate)
-			variants := []variant{{sys: sysNotify, mode: notifyInTx}, {sys: sysPoll, mode: notifyOff}}
+			variants := []variant{{sys: sysNotify, v: latencyVariant{mode: notifyInTx}}, {sys: sysPoll, v: latencyVariant{mode: notifyOff}}}
 			if slices.Contains(b.o.wmRates, rate) {
 				variants = append(variants, variant{sys: sysWmPoll, wm: true})
 			}
 			if b.o.proposals {
-				variants = append(variants, variant{sys: sysCoalesce, mode: notifyCoalesced},
-					variant{sys: sysAsyncNotify, mode: notifyInTx, async: true})
+				variants = append(variants, variant{sys: sysCoalesce, v: latencyVariant{mode: notifyCoalesced}},
+					variant{sys: sysAsyncNotify, v: latencyVariant{mode: notifyInTx, async: true}},
+					variant{sys: sysReclaim, v: latencyVariant{mode: notifyOff, reclaim: true}})
 			}
 			for _, v := range rotate(variants, rep) {
 				prof := b.profilePath(rep, "latency", cas, v.sys)
@@ -193,7 +194,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 					if v.wm {
 						return b.latencyWatermill(ctx, rate, prof)
 					}
-					return b.latencyOutboxkit(ctx, rate, v.mode, v.async, prof)
+					return b.latencyOutboxkit(ctx, rate, v.v, prof)
 				})
 				if err != nil {
 					return fmt.Errorf("%s %s: %w", v.sys, cas, err)
@@ -203,6 +204,9 @@ func (b *bench) runLatency(ctx context.Context) error {
 				b.rep.add("latency", cas, v.sys, "p99 ms", ms(res.p99))
 				b.rep.add("latency", cas, v.sys, "max ms", ms(res.max))
 				b.rep.add("latency", cas, v.sys, "committed/s", res.achieved)
+				if !v.wm {
+					b.rep.add("latency", cas, v.sys, "relay PG CPU µs/event", res.relayDBCPU)
+				}
 				res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "latency", cas, v.sys, rep+1
 				b.rep.check(res.check)
 			}

@@ -20,7 +20,20 @@ import (
 type latencyResult struct {
 	p50, p99, max time.Duration
 	achieved      float64 // events committed per second
+	relayDBCPU    float64 // µs per event of the relay's PostgreSQL backends
 	check         Check
+}
+
+// latencyVariant is how outboxkit runs in a latency measurement.
+type latencyVariant struct {
+	mode notifyMode
+	// async runs the relay's connections with synchronous_commit=off (a
+	// proposal, see proposal.go).
+	async bool
+	// reclaim (a proposal for core) claims again at once after any
+	// non-empty batch, instead of waiting for the poll interval after a
+	// batch that was not full.
+	reclaim bool
 }
 
 // pace calls fn(i) for i in [0, n) at rate per second from workers
@@ -94,10 +107,8 @@ func latencyIDs(n int) ([]core.ID, *arrivals) {
 // mode notifyAfterCommit or notifyCoalesced measures a proposal: the
 // producers' store sends nothing, and the wake-up follows each COMMIT (see
 // proposal.go).
-//
-// async runs the relay's connections with synchronous_commit=off (a
-// proposal, see proposal.go).
-func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode, async bool, profile string) (latencyResult, error) {
+func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant, profile string) (latencyResult, error) {
+	mode := v.mode
 	notify := mode != notifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
 	s, err := b.outboxSchema(ctx)
@@ -109,7 +120,7 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode,
 	payload := []byte(benchPayload)
 
 	var params []string
-	if async {
+	if v.async {
 		params = asyncCommit()
 	}
 	relayPool, err := newPool(ctx, b.o.dsn, 3, params...)
@@ -137,7 +148,7 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode,
 	defer stopAfter()
 	listening := make(chan struct{})
 	var once sync.Once
-	store := &notifyWatch{Store: relayStore, listening: func() { once.Do(func() { close(listening) }) }}
+	store := &notifyWatch{Store: relayStore, listening: func() { once.Do(func() { close(listening) }) }, reclaim: v.reclaim}
 	poll := time.Duration(0) // the default, 1s
 	if !notify {
 		poll = 10 * time.Millisecond
@@ -146,6 +157,11 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode,
 	relay, err := core.NewRelay(store, &countSink{arrivals: arr}, &core.RelayConfig{
 		BatchSize: 100, DisableNotifier: !notify, PollInterval: poll,
 	})
+	if err != nil {
+		return latencyResult{}, err
+	}
+	store.wake = relay.Wake
+	meter, err := newCPUMeter(ctx, relayPool)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -185,20 +201,43 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, mode notifyMode,
 			err = ctx.Err()
 		}
 	}
+	_, dbCPU := meter.stop()
 	stopProf()
 	cancel()
 	<-runErr
 	if err != nil {
 		return latencyResult{}, err
 	}
-	return summarize(arr, n, achieved), nil
+	res := summarize(arr, n, achieved)
+	res.relayDBCPU = perEvent(dbCPU, n)
+	return res, nil
 }
 
 // notifyWatch is a store whose Listen reports when the listener is
-// connected (its first wake-up).
+// connected (its first wake-up). With reclaim, a claim that returned events
+// wakes the relay, so it claims again at once: the prototype of claiming
+// until a claim comes back empty.
 type notifyWatch struct {
 	*postgres.Store
 	listening func()
+	reclaim   bool
+	wake      func()
+}
+
+func (s *notifyWatch) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	b, err := s.Store.Claim(ctx, req)
+	if s.reclaim && len(b.Events) > 0 {
+		s.wake()
+	}
+	return b, err
+}
+
+func (s *notifyWatch) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
+	b, settleErr, claimErr := s.Store.SettleAndClaim(ctx, sreq, creq)
+	if s.reclaim && len(b.Events) > 0 {
+		s.wake()
+	}
+	return b, settleErr, claimErr
 }
 
 func (s *notifyWatch) Listen(ctx context.Context, wake func()) error {

@@ -19,16 +19,20 @@ import (
 // figures are PostgreSQL CPU µs per event, which a busy machine barely
 // moves.
 //
+// Batches of 1 and 10 show the fixed cost of a statement and its commit,
+// which is what a relay woken for every event pays per event:
+//
+//	go test -run '^$' -bench 'StatementCPU/delete=false/batch=(1|10)$' -benchtime 5000x ./contrib/bench/
 //	go test -run '^$' -bench StatementCPU -benchtime 100000x ./contrib/bench/
 func BenchmarkStatementCPU(b *testing.B) {
 	for _, del := range []bool{false, true} {
-		for _, batch := range []int{100, 500} {
+		for _, batch := range []int{1, 10, 100, 500} {
 			b.Run(fmt.Sprintf("delete=%v/batch=%d", del, batch), func(b *testing.B) {
 				statementCPU(b, batch, del)
 			})
 		}
 	}
-	for _, batch := range []int{100, 500} {
+	for _, batch := range []int{1, 10, 100, 500} {
 		b.Run(fmt.Sprintf("ceiling/batch=%d", batch), func(b *testing.B) {
 			ceilingCPU(b, batch)
 		})

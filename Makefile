@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test fmt-check vet unit deps-check otel-sdk-check examples-smoke fmt jaeger-check chaos fuzz
+.PHONY: test fmt-check vet unit deps-check otel-sdk-check examples-smoke fmt jaeger-check chaos fuzz bench
 
 test: fmt-check vet deps-check otel-sdk-check unit examples-smoke
 
@@ -56,3 +56,9 @@ fuzz:
 	$(GO) test ./qstash/ -run '^$$' -fuzz '^FuzzDecodeHeaders$$' -fuzztime $(FUZZTIME) -parallel 1
 	$(GO) test ./internal/chaos/ -run '^$$' -fuzz '^FuzzEventFromCloudEventHeaders$$' -fuzztime $(FUZZTIME) -parallel 1
 	$(GO) test ./internal/chaos/ -run '^$$' -fuzz '^FuzzCloudEventRoundTrip$$' -fuzztime $(FUZZTIME) -parallel 1
+
+# The comparative benchmark (docs/BENCHMARKS.md): about 10 minutes on 2 cores,
+# needs PostgreSQL and pgbench. Not part of `make test`, which runs the
+# harness's smoke test instead.
+bench:
+	$(GO) run ./contrib/bench -reps 3 $(BENCHFLAGS)

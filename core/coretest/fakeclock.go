@@ -112,6 +112,28 @@ func (c *FakeClock) WaitForTimers(ctx context.Context, n int) error {
 	}
 }
 
+// WaitForDeadline blocks until a timer is waiting to fire exactly at when,
+// or ctx is done. It lets a test learn that code under test armed the timer it
+// expects (a retry's delay, say) before advancing past it.
+func (c *FakeClock) WaitForDeadline(ctx context.Context, when time.Time) error {
+	for {
+		c.mu.Lock()
+		found, changed := false, c.changed
+		for _, t := range c.timers {
+			found = found || t.when.Equal(when)
+		}
+		c.mu.Unlock()
+		if found {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func (c *FakeClock) signalLocked() {
 	close(c.changed)
 	c.changed = make(chan struct{})

@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"time"
+
+	"github.com/outboxkit/outboxkit/core"
 )
 
 // The credentials and address of Upstash's official local dev server. Tools
@@ -112,35 +114,16 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Clock is the time source of a Server. A fake clock lets tests trigger
-// delayed deliveries and retries without sleeping. It has the shape of
-// core.Clock, so an adapter is a few lines.
-type Clock interface {
-	Now() time.Time
-	// NewTimer returns a timer that fires once Now reaches now+d; d <= 0
-	// fires at once.
-	NewTimer(d time.Duration) Timer
-}
+// Clock is the time source of a Server: core.Clock, so the relay's clock
+// and coretest.FakeClock plug in unchanged. A fake clock lets tests trigger
+// delayed deliveries and retries without sleeping.
+type Clock = core.Clock
 
 // Timer is the part of *time.Timer a Clock hands out.
-type Timer interface {
-	C() <-chan time.Time
-	Stop() bool
-}
+type Timer = core.Timer
 
 // SystemClock is the Clock of the operating system.
-type SystemClock struct{}
-
-// Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
-
-// NewTimer returns a real timer.
-func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
-
-type systemTimer struct{ t *time.Timer }
-
-func (t systemTimer) C() <-chan time.Time { return t.t.C }
-func (t systemTimer) Stop() bool          { return t.t.Stop() }
+type SystemClock = core.SystemClock
 
 // QStashBackoff is QStash's default delay before retry n: min(86400, e^(2.5n))
 // seconds.

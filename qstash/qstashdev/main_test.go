@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-	"go.uber.org/goleak"
-
+	"github.com/outboxkit/outboxkit/core/coretest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
@@ -184,102 +184,22 @@ func (s *sink) count() int {
 	return len(s.got)
 }
 
-// fakeClock moves only when told to. The server's scheduler keeps at most
-// one timer; waitTimer lets a test learn that it is armed for an expected
-// deadline before advancing, so no advance races the arming.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	timers  []*fakeTimer
-	changed chan struct{}
+// fakeClock is coretest.FakeClock started at a whole second, so event
+// times in milliseconds compare exactly.
+type fakeClock struct{ *coretest.FakeClock }
+
+func newFakeClock() fakeClock {
+	return fakeClock{coretest.NewFakeClock(time.Now().Truncate(time.Second))}
 }
 
-type fakeTimer struct {
-	c    *fakeClock
-	when time.Time
-	ch   chan time.Time
-}
-
-func newFakeClock() *fakeClock {
-	// A whole millisecond, so event times in ms compare exactly.
-	return &fakeClock{now: time.Now().Truncate(time.Second), changed: make(chan struct{})}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) NewTimer(d time.Duration) qstashdev.Timer {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t := &fakeTimer{c: c, when: c.now.Add(d), ch: make(chan time.Time, 1)}
-	if d <= 0 {
-		t.ch <- c.now
-		return t
-	}
-	c.timers = append(c.timers, t)
-	c.signalLocked()
-	return t
-}
-
-func (t *fakeTimer) C() <-chan time.Time { return t.ch }
-
-func (t *fakeTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	for i, x := range t.c.timers {
-		if x == t {
-			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
-			t.c.signalLocked()
-			return true
-		}
-	}
-	return false
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.timers[:0]
-	for _, t := range c.timers {
-		if !t.when.After(c.now) {
-			t.ch <- c.now
-			continue
-		}
-		kept = append(kept, t)
-	}
-	c.timers = kept
-	c.signalLocked()
-}
-
-func (c *fakeClock) signalLocked() {
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-// waitTimer blocks until a timer is armed for exactly when.
-func (c *fakeClock) waitTimer(t *testing.T, when time.Time) {
+// waitTimer blocks until a timer is armed for exactly when: the server's
+// scheduler keeps at most one, and advancing before it is armed would race.
+func (c fakeClock) waitTimer(t *testing.T, when time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
-	for {
-		c.mu.Lock()
-		found, ch := false, c.changed
-		for _, tm := range c.timers {
-			found = found || tm.when.Equal(when)
-		}
-		c.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatalf("no timer armed for %v (now %v)", when, c.Now())
-		}
+	if err := c.WaitForDeadline(ctx, when); err != nil {
+		t.Fatalf("no timer armed for %v (now %v)", when, c.Now())
 	}
 }
 

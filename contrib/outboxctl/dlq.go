@@ -63,11 +63,7 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	limit := fs.Int("limit", 100, "most events to list; 0 lists all")
 	after := fs.String("after", "", "list events with IDs after this `ID` (the last ID of the previous page)")
 	asJSON := fs.Bool("json", false, "print a JSON array of full records (payload and headers included)")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *limit < 0 {
@@ -141,11 +137,7 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	a.registerGlobals(fs)
 	idFlag := fs.String("id", "", "the event `ID` (required)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *idFlag == "" {
@@ -221,11 +213,7 @@ func (a *app) dlqReplay(ctx context.Context, args []string) error {
 	var ids listFlag
 	fs.Var(&ids, "id", "dead-lettered event `IDs` (repeatable, or comma-separated)")
 	all := fs.Bool("all", false, "replay every dead-lettered event")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	f, err := dlqFilter("replay", ids, *all)
@@ -256,11 +244,7 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	fs.Var(&ids, "id", "dead-lettered event `IDs` (repeatable, or comma-separated)")
 	all := fs.Bool("all", false, "purge every dead-lettered event")
 	yes := fs.Bool("yes", false, "confirm the deletion")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	f, err := dlqFilter("purge", ids, *all)

@@ -45,6 +45,15 @@ func (a *app) parse(fs *flagSet, args []string) ([]string, error) {
 	return fs.Args(), nil
 }
 
+// parseFlags parses args for a command that takes flags only.
+func (a *app) parseFlags(fs *flagSet, args []string) error {
+	rest, err := a.parse(fs, args)
+	if err != nil {
+		return err
+	}
+	return noArgs(fs, rest)
+}
+
 // noArgs refuses positional arguments for commands that take none, so a
 // forgotten "--" (outboxctl replay id=...) is not silently ignored.
 func noArgs(fs *flagSet, rest []string) error {

@@ -104,11 +104,7 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("migrate status", "[--json]", "Lists every known migration and whether it is applied. It writes nothing.")
 	a.registerGlobals(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	pool, err := a.connect(ctx, 0)
@@ -161,11 +157,7 @@ func (a *app) migrateDown(ctx context.Context, args []string) error {
 	a.registerGlobals(fs)
 	to := fs.Int("to", -1, "target `version`: migrations newer than it are reverted (required)")
 	yes := fs.Bool("yes", false, "confirm: reverting deletes data")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *to < 0 {

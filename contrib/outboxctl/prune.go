@@ -34,11 +34,7 @@ func (a *app) cmdPrune(ctx context.Context, args []string) error {
 	processed := fs.Bool("processed", false, "also prune the deduplication table's processed-event records")
 	newDurationFlag(fs, &processedOlderThan, "processed-older-than", 0, "age beyond which processed-event records are deleted (defaults to --older-than)")
 	dryRun := fs.Bool("dry-run", false, "count the published events that would be deleted, delete nothing")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	if olderThan <= 0 {

@@ -33,11 +33,7 @@ func (a *app) cmdQStashDev(ctx context.Context, args []string) error {
 	addr := fs.String("addr", qstashdev.DefaultAddr, "`address` to listen on")
 	var lf logFlags
 	lf.register(fs)
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	logger, err := lf.logger(a.stderr)

@@ -71,11 +71,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	drain := fs.Bool("drain", false, "process every due event once, then exit")
 	var lf logFlags
 	lf.register(fs)
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	logger, err := lf.logger(a.stderr)

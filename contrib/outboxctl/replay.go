@@ -40,14 +40,11 @@ func (a *app) cmdReplay(ctx context.Context, args []string) error {
 	until := fs.String("until", "", "only events created before this RFC 3339 `time`")
 	deadOnly := fs.Bool("dead-only", false, "only dead-lettered events (not published ones)")
 	all := fs.Bool("all", false, "with no other criterion: replay every published and dead-lettered event")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	f := core.ReplayFilter{Types: types, DeadOnly: *deadOnly, All: *all}
+	var err error
 	if f.IDs, err = parseIDs(ids); err != nil {
 		return err
 	}

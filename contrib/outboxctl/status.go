@@ -47,11 +47,7 @@ func (a *app) cmdStatus(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	var maxAge time.Duration
 	newDurationFlag(fs, &maxAge, "max-age", 0, "exit 1 when the oldest pending event is older than this (e.g. 5m, 1h, 1d)")
-	rest, err := a.parse(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := noArgs(fs, rest); err != nil {
+	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
 	pool, store, err := a.openStore(ctx, 0, postgres.Config{})

@@ -21,10 +21,12 @@ import (
 // Add costs one round trip whatever the number of events: one statement
 // (INSERT ... VALUES for a single event, INSERT ... SELECT FROM unnest(...)
 // for several), which with ordering on also bumps the aggregates' sequence
-// counters and, with NOTIFY on, sends the wake-up. The
-// wake-up has a constant payload, which PostgreSQL delivers once per
+// counters and, with NotifyInTransaction (the default), sends the wake-up.
+// The wake-up has a constant payload, which PostgreSQL delivers once per
 // transaction however many Add calls the transaction makes; that matters
-// because NOTIFY takes a database-wide lock at commit.
+// because NOTIFY takes a cluster-wide lock at commit. With
+// NotifyAfterCommit, Add sends nothing: call Notify once the transaction
+// has committed, or write through InTx, which does.
 //
 // Config.BeforeAdd, when set, sees each event (a copy) before validation:
 // that is where tracing.NewInjector records the caller's trace context.
@@ -100,7 +102,7 @@ func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
 		sql = s.addOrderedSQL
 	}
 	args := []any{ids, types, versions, sources, aggTypes, aggIDs, seqs, payloads, headers, dests, createdAt, availAt}
-	if !s.cfg.DisableNotify {
+	if s.cfg.Notify == NotifyInTransaction {
 		args = append(args, s.cfg.Channel)
 	}
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
@@ -128,7 +130,7 @@ func (s *Store) addOne(ctx context.Context, tx DBTX, e *core.Event) error {
 		e.AggregateType, e.AggregateID, pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0},
 		e.Payload, headers, e.Destination, optionalTime(e.CreatedAt), optionalTime(e.AvailableAt),
 	}
-	if !s.cfg.DisableNotify {
+	if s.cfg.Notify == NotifyInTransaction {
 		args = append(args, s.cfg.Channel)
 	}
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {

@@ -18,10 +18,12 @@ import (
 
 func BenchmarkAdd(b *testing.B) {
 	for _, n := range []int{1, 100} {
-		for _, notify := range []bool{true, false} {
-			b.Run(fmt.Sprintf("events=%d/notify=%v", n, notify), func(b *testing.B) {
+		// NotifyAfterCommit's Add is NotifyOff's: the notification is
+		// the caller's separate call.
+		for _, mode := range []postgres.NotifyMode{postgres.NotifyInTransaction, postgres.NotifyOff} {
+			b.Run(fmt.Sprintf("events=%d/notify=%v", n, mode), func(b *testing.B) {
 				db := newDB(b, 4)
-				s := newStore(b, db, postgres.Config{DisableNotify: !notify})
+				s := newStore(b, db, postgres.Config{Notify: mode})
 				ctx := context.Background()
 				evs := events(b, n, "bench")
 				b.ReportAllocs()

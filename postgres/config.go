@@ -52,12 +52,15 @@ type Config struct {
 	// kept either way. Defaults to false.
 	DeletePublished bool
 
-	// DisableNotify stops Add from sending NOTIFY, and makes Listen a no-op
-	// that waits for its context. Relays then find events by polling alone.
-	// Consider it when writers commit thousands of transactions per second:
-	// NOTIFY takes a database-wide lock at commit. Defaults to false (NOTIFY
-	// on).
-	DisableNotify bool
+	// Notify says how writers wake relays: NotifyInTransaction (Add's
+	// statement notifies, delivered by the caller's commit),
+	// NotifyAfterCommit (Add sends nothing; Store.Notify or Store.InTx
+	// notify after the commit, coalesced, which keeps concurrent writers'
+	// group commit) or NotifyOff (nothing is sent and Listen does not
+	// connect; relays poll). Writers and relays of one table may differ:
+	// for a relay's store only NotifyOff matters, as it stops Listen.
+	// Defaults to NotifyInTransaction.
+	Notify NotifyMode
 
 	// Channel is the LISTEN/NOTIFY channel. Defaults to "<Schema>.<Table>"
 	// (hashed when longer than 63 bytes), so tenants sharing a database do not
@@ -75,8 +78,9 @@ type Config struct {
 	// nil.
 	BeforeAdd func(ctx context.Context, e *core.Event)
 
-	// Logger receives the listener's reconnection warnings. Defaults to a
-	// logger that discards.
+	// Logger receives the listener's reconnection warnings and the failures
+	// of after-commit notifications (Store.Notify). Defaults to a logger
+	// that discards.
 	Logger *slog.Logger
 }
 
@@ -110,6 +114,9 @@ func (c Config) validate() (names, error) {
 	}
 	if err := validateChannel(c.Channel); err != nil {
 		return names{}, err
+	}
+	if !c.Notify.valid() {
+		return names{}, &core.ConfigError{Field: "Notify", Reason: c.Notify.String() + " is not a notify mode: use NotifyInTransaction, NotifyAfterCommit or NotifyOff"}
 	}
 	if c.ListenBackoffMax < 0 {
 		return names{}, &core.ConfigError{Field: "ListenBackoffMax", Reason: "must not be negative"}

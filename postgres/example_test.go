@@ -69,6 +69,42 @@ func Example() {
 	// settled 1 <nil>
 }
 
+// With NotifyAfterCommit, write through InTx: it commits, then wakes the
+// relays with a notification of its own. Code that commits by itself calls
+// store.Notify() after its Commit instead.
+func ExampleStore_InTx() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, pgtest.URL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	schema := pgtest.NewSchemaName("example")
+	defer pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE") //nolint:errcheck // example cleanup
+	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	store, err := postgres.New(pool, &postgres.Config{Schema: schema, Notify: postgres.NotifyAfterCommit})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	err = store.InTx(ctx, pool, func(tx pgx.Tx) error {
+		// ... the business change goes here, through tx ...
+		e, err := core.NewEvent("order.confirmed", map[string]any{"order": 42})
+		if err != nil {
+			return err
+		}
+		return store.Add(ctx, tx, e)
+	})
+	fmt.Println("committed and notified:", err)
+	// Output:
+	// committed and notified: <nil>
+}
+
 // Print the migration script for a team that applies migrations with its own
 // tool.
 func ExampleMigrationSQL() {

@@ -1,6 +1,9 @@
 package postgres
 
-// Test hooks: the external tests EXPLAIN the statements the store runs.
+import "context"
+
+// Test hooks: the external tests EXPLAIN the statements the store runs, and
+// observe after-commit notifications.
 
 func (s *Store) ClaimSQLForTest() string        { return s.claimSQL }
 func (s *Store) PublishSQLForTest() string      { return s.publishSQL }
@@ -9,3 +12,11 @@ func (s *Store) PruneSQLForTest() string        { return s.pruneSQL }
 func (s *Store) AddSQLForTest() string          { return s.addSQL }
 func (s *Store) DeleteSQLForTest() string       { return s.deleteSQL }
 func (s *Store) SettleDeleteSQLForTest() string { return s.settleDeleteSQL }
+
+// WaitNotifiedForTest waits until no after-commit notification is in flight
+// or owed, so that a test ends with no sender goroutine running.
+func (s *Store) WaitNotifiedForTest(ctx context.Context) error { return s.waitNotified(ctx) }
+
+// SetBeforeNotifyForTest installs f to run as each after-commit notification
+// is about to be sent. Call it before the first Notify.
+func (s *Store) SetBeforeNotifyForTest(f func()) { s.notifier.beforeSend = f }

@@ -45,6 +45,15 @@ func newStore(t testing.TB, db testDB, cfg postgres.Config) *postgres.Store {
 	if err != nil {
 		t.Fatalf("new store: %v", err)
 	}
+	// Registered after the pool's cleanup, so it runs first: no
+	// after-commit notification outlives the test or its pool.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.WaitNotifiedForTest(ctx); err != nil {
+			t.Errorf("after-commit notifications still running at the end of the test: %v", err)
+		}
+	})
 	return s
 }
 

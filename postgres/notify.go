@@ -12,8 +12,9 @@ import (
 // Config.ListenBackoffMax.
 const listenBackoffMin = 100 * time.Millisecond
 
-// Listen implements core.Notifier: it calls wake whenever Add may have
-// written events, until ctx is done, and then returns ctx.Err().
+// Listen implements core.Notifier: it calls wake whenever a writer notifies
+// that it may have added events (Add's statement, or Notify after a commit),
+// until ctx is done, and then returns ctx.Err().
 //
 // It LISTENs on a dedicated connection opened with the pool's connection
 // settings but outside the pool, so it takes no slot from claims and a
@@ -23,9 +24,10 @@ const listenBackoffMin = 100 * time.Millisecond
 // disconnected are lost. Notifications are hints: the relay's polling covers
 // anything missed.
 //
-// With Config.DisableNotify it opens no connection and just waits for ctx.
+// With NotifyOff it opens no connection and just waits for ctx. The other
+// two modes listen alike: relays need not know how writers notify.
 func (s *Store) Listen(ctx context.Context, wake func()) error {
-	if s.cfg.DisableNotify {
+	if s.cfg.Notify == NotifyOff {
 		<-ctx.Done()
 		return ctx.Err()
 	}

@@ -95,7 +95,7 @@ WHERE (published_at IS NOT NULL OR dead_at IS NOT NULL)` + where
 	if err != nil {
 		return 0, wrap("replay", err)
 	}
-	if n := tag.RowsAffected(); n > 0 && !s.cfg.DisableNotify {
+	if n := tag.RowsAffected(); n > 0 && s.cfg.Notify != NotifyOff {
 		// Best effort: the relay's polling finds the events anyway.
 		_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.cfg.Channel)
 	}

@@ -553,15 +553,14 @@ func TestDeduperConcurrentDeliveries(t *testing.T) {
 }
 
 // TestSingleEventAdds covers the single-row statements, ordered or not,
-// with and without NOTIFY: sequences continue across single and batch
-// writes.
+// in every notify mode: sequences continue across single and batch writes.
 func TestSingleEventAdds(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 2)
 	ctx := ctxT(t)
-	for _, notify := range []bool{true, false} {
+	for _, notify := range []postgres.NotifyMode{postgres.NotifyInTransaction, postgres.NotifyAfterCommit, postgres.NotifyOff} {
 		for _, ordered := range []bool{true, false} {
-			s := newStore(t, testDB{pool: db.pool, schema: migratedSchema(t, db.pool)}, postgres.Config{Ordering: ordered, DisableNotify: !notify})
+			s := newStore(t, testDB{pool: db.pool, schema: migratedSchema(t, db.pool)}, postgres.Config{Ordering: ordered, Notify: notify})
 			var want []int64
 			var all []core.Event
 			for i := 0; i < 3; i++ {

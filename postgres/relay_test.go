@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
@@ -296,10 +298,70 @@ func TestListenerSurvivesBackendKill(t *testing.T) {
 	}
 }
 
+// wakeCounter counts the wake-ups its store's Listen delivers and records,
+// for each claimed event, how many there had been when the claim that
+// returned it began.
+type wakeCounter struct {
+	*postgres.Store
+	wakes        atomic.Int64
+	mu           sync.Mutex
+	claimedAfter map[core.ID]int64
+}
+
+func (w *wakeCounter) Listen(ctx context.Context, wake func()) error {
+	return w.Store.Listen(ctx, func() {
+		w.wakes.Add(1)
+		wake()
+	})
+}
+
+func (w *wakeCounter) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	n := w.wakes.Load()
+	b, err := w.Store.Claim(ctx, req)
+	w.mu.Lock()
+	for _, e := range b.Events {
+		w.claimedAfter[e.ID] = n
+	}
+	w.mu.Unlock()
+	return b, err
+}
+
+func TestAfterCommitNotificationDeliversInTxEvent(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 4)
+	relayStore := &wakeCounter{Store: newStore(t, db, postgres.Config{}), claimedAfter: map[core.ID]int64{}}
+	pub := memory.NewPublisher()
+	// An hour's poll, batches never full: only a wake-up makes the relay
+	// claim again once it is idle.
+	runRelay(t, relayStore, pub, core.RelayConfig{PollInterval: time.Hour, BatchSize: 10, Concurrency: 1})
+	ctx := ctxT(t)
+	waitFor(t, 10*time.Second, "the listener to connect", func() bool { return relayStore.wakes.Load() > 0 })
+
+	writer := newStore(t, db, postgres.Config{Notify: postgres.NotifyAfterCommit})
+	for i := range 3 {
+		before := relayStore.wakes.Load()
+		e := mustEvent(t, "order.confirmed", map[string]int{"order": i})
+		if err := writer.InTx(ctx, db.pool, func(tx pgx.Tx) error { return writer.Add(ctx, tx, e) }); err != nil {
+			t.Fatal(err)
+		}
+		if err := pub.WaitFor(ctx, i+1); err != nil {
+			t.Fatalf("event %d written through InTx not delivered: %v", i, err)
+		}
+		relayStore.mu.Lock()
+		after := relayStore.claimedAfter[e.ID]
+		relayStore.mu.Unlock()
+		// A claim that began before the notification arrived (a wake-up
+		// left over from start-up) would not prove anything.
+		if after <= before {
+			t.Fatalf("event %d was claimed without a notification after its commit (wake-ups: %d before, %d at the claim)", i, before, after)
+		}
+	}
+}
+
 func TestPollingDeliversWithNotifyOff(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 3)
-	s := newStore(t, db, postgres.Config{DisableNotify: true})
+	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyOff})
 	pub := memory.NewPublisher()
 	runRelay(t, s, pub, core.RelayConfig{PollInterval: 20 * time.Millisecond, BatchSize: 7})
 	ctx := ctxT(t)

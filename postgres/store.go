@@ -18,7 +18,8 @@ type DBTX interface {
 }
 
 // Store is the PostgreSQL outbox. Writers call Add inside their own
-// transactions; relays use it as a core.Store through Claim and Settle, and
+// transactions (and, with NotifyAfterCommit, Notify after committing them);
+// relays use it as a core.Store through Claim and Settle, and
 // discover its optional capabilities (core.Notifier, core.StatsReader,
 // core.Replayer, core.Pruner) by type assertion. Operators have Get,
 // DeadLetters and Purge.
@@ -34,6 +35,9 @@ type Store struct {
 	addSQL, addOrderedSQL, addOneSQL, addOneOrderedSQL, claimSQL, claimDestSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
 	// With Config.DeletePublished, settling a published event deletes it.
 	deleteSQL, settleDeleteSQL string
+
+	// notifier sends Notify's after-commit wake-ups.
+	notifier afterCommit
 }
 
 // Interface checks: the capabilities the relay and operators look for.
@@ -63,7 +67,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	notify := !c.DisableNotify
+	notify := c.Notify == NotifyInTransaction
 	return &Store{
 		pool:             pool,
 		cfg:              c,

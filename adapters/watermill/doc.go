@@ -26,6 +26,14 @@
 // postgres.DBTX); AdderFunc adapts others, such as memory.Store. Payloads
 // must be JSON (see TxPublisherConfig.WrapNonJSON for the alternative).
 //
+// TxPublisher only adds events; committing is the caller's. With the
+// PostgreSQL store's default (postgres.NotifyInTransaction) the commit also
+// wakes the relays. With postgres.NotifyAfterCommit it does not: begin the
+// transaction with store.InTx instead of pgx.BeginFunc (same shape; it
+// notifies after the commit), or call store.Notify() once your own Commit
+// has succeeded. Forgetting loses nothing: the relays' poll delivers the
+// events, only later.
+//
 // # The outbox feeding Watermill
 //
 // Publisher is a core.Publisher over any Watermill publisher (NATS

@@ -71,7 +71,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	var inner core.Store
 	switch kind {
 	case kindStore, kindStoreDelete, kindStoreAsync:
-		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, DisableNotify: true})
+		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, Notify: postgres.NotifyOff})
 	case kindProtoCtid:
 		inner, err = newProtoStore(ctx, pool, s, settleUpdate)
 	case kindProtoCtidDel:

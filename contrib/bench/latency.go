@@ -133,11 +133,11 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant
 		return latencyResult{}, err
 	}
 	defer prodPool.Close()
-	relayStore, err := postgres.New(relayPool, &postgres.Config{Schema: s.name, DisableNotify: !notify})
+	relayStore, err := postgres.New(relayPool, &postgres.Config{Schema: s.name, Notify: disableNotify(!notify)})
 	if err != nil {
 		return latencyResult{}, err
 	}
-	prodStore, err := postgres.New(prodPool, &postgres.Config{Schema: s.name, DisableNotify: mode != notifyInTx})
+	prodStore, err := postgres.New(prodPool, &postgres.Config{Schema: s.name, Notify: disableNotify(mode != notifyInTx)})
 	if err != nil {
 		return latencyResult{}, err
 	}

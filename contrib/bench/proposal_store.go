@@ -76,7 +76,7 @@ func newProtoStore(ctx context.Context, pool *pgxpool.Pool, s *schema, mode prot
 			return nil, err
 		}
 	}
-	real, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: true, DeletePublished: mode == settleDelete})
+	real, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: postgres.NotifyOff, DeletePublished: mode == settleDelete})
 	if err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ func runRelayProcess(ctx context.Context, o *options, stdin io.Reader, stdout io
 		return err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: o.schema, DisableNotify: true})
+	store, err := postgres.New(pool, &postgres.Config{Schema: o.schema, Notify: postgres.NotifyOff})
 	if err != nil {
 		return err
 	}

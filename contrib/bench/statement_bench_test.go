@@ -73,7 +73,7 @@ func statementCPU(b *testing.B, batch int, del bool) {
 		b.Fatal(err)
 	}
 	defer settlePool.Close()
-	cfg := postgres.Config{Schema: s.name, DisableNotify: true, DeletePublished: del}
+	cfg := postgres.Config{Schema: s.name, Notify: postgres.NotifyOff, DeletePublished: del}
 	claimer, err := postgres.New(claimPool, &cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -106,7 +106,7 @@ func (b *bench) drainQStash(ctx context.Context, profile string) (qstashResult, 
 		return qstashResult{}, err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: true})
+	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: postgres.NotifyOff})
 	if err != nil {
 		return qstashResult{}, err
 	}

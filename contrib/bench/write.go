@@ -123,7 +123,7 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 		return 0, err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, DisableNotify: c.notify != notifyInTx})
+	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: disableNotify(c.notify != notifyInTx)})
 	if err != nil {
 		return 0, err
 	}

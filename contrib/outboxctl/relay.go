@@ -94,8 +94,14 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 		return err
 	}
 
+	// The relay writes no events, so of the notify modes only "off"
+	// matters to it: it stops the store's Listen.
+	notify := postgres.NotifyInTransaction
+	if *noNotify {
+		notify = postgres.NotifyOff
+	}
 	pool, store, err := a.openStore(ctx, int32(cfg.Concurrency)+2, postgres.Config{
-		Ordering: *ordering, DeletePublished: *deletePublished, DisableNotify: *noNotify, Logger: logger,
+		Ordering: *ordering, DeletePublished: *deletePublished, Notify: notify, Logger: logger,
 	})
 	if err != nil {
 		return err

@@ -83,6 +83,14 @@ type Lease struct {
 	// Until is when the lease expires and the events become claimable again,
 	// in the store's clock.
 	Until time.Time
+	// Handle is the store's own note about the claimed rows, carried from
+	// Claim to Settle so the settlement can find them cheaply (the
+	// PostgreSQL store keeps their row addresses here, sparing an index
+	// probe per event). Relays pass the Lease back unchanged and never look
+	// inside. It is an optimisation only: a store must settle correctly
+	// with a nil or foreign Handle, and the token alone decides who may
+	// settle.
+	Handle any
 }
 
 // OutcomeKind says what happened to a claimed event.

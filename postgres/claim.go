@@ -71,6 +71,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, error) {
 	defer rows.Close()
 	type claimed struct {
 		pos int64
+		tid pgtype.TID
 		ev  core.Event
 	}
 	out := make([]claimed, 0, q.limit)
@@ -78,7 +79,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, error) {
 	var sc eventScanner
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(append(sc.dests(&c.ev), &until, &c.pos)...); err != nil {
+		if err := rows.Scan(append(sc.dests(&c.ev), &until, &c.pos, &c.tid)...); err != nil {
 			return core.Batch{}, wrap("claim: read event", err)
 		}
 		sc.finish(&c.ev)
@@ -96,10 +97,50 @@ func (q claim) read(rows pgx.Rows) (core.Batch, error) {
 		return cmpInt64(a.pos, b.pos)
 	})
 	events := make([]core.Event, len(out))
+	refs := &rowRefs{ids: make([]core.ID, len(out)), tids: make([]pgtype.TID, len(out))}
 	for i := range out {
 		events[i] = out[i].ev
+		refs.ids[i], refs.tids[i] = out[i].ev.ID, out[i].tid
 	}
-	return core.Batch{Lease: core.Lease{Token: q.token, Until: until}, Events: events}, nil
+	return core.Batch{Lease: core.Lease{Token: q.token, Until: until, Handle: refs}, Events: events}, nil
+}
+
+// rowRefs is the Lease.Handle of a claim: the row address of each claimed
+// event, in claim order, so Settle can find the rows by TID scan.
+type rowRefs struct {
+	ids  []core.ID
+	tids []pgtype.TID
+}
+
+// addresses returns the row address of every outcome's event, in outcome
+// order, or nil when the handle is not this store's or misses one of them
+// (the settlement then goes by ID). Relays settle in claim order, so the
+// common case is a straight comparison; anything else falls back to a map.
+func (r *rowRefs) addresses(outcomes []core.Outcome) []pgtype.TID {
+	if r == nil {
+		return nil
+	}
+	tids := make([]pgtype.TID, len(outcomes))
+	inOrder := len(outcomes) <= len(r.ids)
+	for i := 0; inOrder && i < len(outcomes); i++ {
+		inOrder = outcomes[i].ID == r.ids[i]
+		tids[i] = r.tids[i]
+	}
+	if inOrder {
+		return tids
+	}
+	at := make(map[core.ID]pgtype.TID, len(r.ids))
+	for i, id := range r.ids {
+		at[id] = r.tids[i]
+	}
+	for i, o := range outcomes {
+		tid, ok := at[o.ID]
+		if !ok {
+			return nil
+		}
+		tids[i] = tid
+	}
+	return tids
 }
 
 func cmpInt64(a, b int64) int {
@@ -139,15 +180,38 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 	if err != nil {
 		return wrap("settle", err)
 	}
-	return q.read(rows, req)
+	return s.settleUnmatched(ctx, q, req, q.read(rows, req))
+}
+
+// settleUnmatched finishes a settlement by row address: the rows it did not
+// match are settled again by ID, whose answer is final. A leased row keeps
+// its address unless something rewrote the table (VACUUM FULL, CLUSTER, a
+// restore) or the lease was lost, so this is almost never a round trip.
+func (s *Store) settleUnmatched(ctx context.Context, q settlement, req core.SettleRequest, err error) error {
+	var lost *core.LeaseLostError
+	if !q.byTID || !errors.As(err, &lost) {
+		return err
+	}
+	rest := make([]core.Outcome, 0, len(lost.IDs))
+	missing := make(map[core.ID]struct{}, len(lost.IDs))
+	for _, id := range lost.IDs {
+		missing[id] = struct{}{}
+	}
+	for _, o := range req.Outcomes {
+		if _, ok := missing[o.ID]; ok {
+			rest = append(rest, o)
+		}
+	}
+	return s.Settle(ctx, core.SettleRequest{Lease: core.Lease{Token: req.Lease.Token, Until: req.Lease.Until}, Outcomes: rest, Now: req.Now})
 }
 
 // settlement is a prepared settle: its SQL and arguments, and the IDs it
 // must see come back. An empty sql means there is nothing to settle.
 type settlement struct {
-	sql  string
-	args []any
-	seen map[core.ID]struct{}
+	sql   string
+	args  []any
+	seen  map[core.ID]struct{}
+	byTID bool // rows are found by the addresses in the lease's handle
 }
 
 func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
@@ -173,15 +237,22 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 	}
 	token := pgtype.UUID{Bytes: req.Lease.Token, Valid: true}
 	now := optionalTime(req.Now)
+	refs, _ := req.Lease.Handle.(*rowRefs)
+	tids := refs.addresses(req.Outcomes)
 
-	q := settlement{seen: seen}
+	q := settlement{seen: seen, byTID: tids != nil}
 	switch {
+	case allPublished && s.cfg.DeletePublished && q.byTID:
+		q.sql, q.args = s.byTID.delete, []any{token, tids}
 	case allPublished && s.cfg.DeletePublished:
 		q.sql, q.args = s.deleteSQL, []any{token, ids}
+	case allPublished && q.byTID:
+		q.sql, q.args = s.byTID.publish, []any{token, now, tids}
 	case allPublished:
 		q.sql, q.args = s.publishSQL, []any{token, now, ids}
 	default:
 		var published []pgtype.UUID
+		var publishedTIDs, otherTIDs []pgtype.TID
 		others := ids
 		if s.cfg.DeletePublished {
 			others = make([]pgtype.UUID, 0, n)
@@ -208,17 +279,28 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 			if s.cfg.DeletePublished {
 				if kind == kindPublished {
 					published = append(published, ids[i])
+					if q.byTID {
+						publishedTIDs = append(publishedTIDs, tids[i])
+					}
 					continue
 				}
 				others = append(others, ids[i])
+				if q.byTID {
+					otherTIDs = append(otherTIDs, tids[i])
+				}
 			}
 			kinds = append(kinds, kind)
 			errs = append(errs, cleanErrorText(o.Error))
 			delays = append(delays, delay)
 		}
-		if s.cfg.DeletePublished {
+		switch {
+		case s.cfg.DeletePublished && q.byTID:
+			q.sql, q.args = s.byTID.settleDelete, []any{token, now, others, kinds, errs, delays, publishedTIDs, otherTIDs}
+		case s.cfg.DeletePublished:
 			q.sql, q.args = s.settleDeleteSQL, []any{token, now, others, kinds, errs, delays, published}
-		} else {
+		case q.byTID:
+			q.sql, q.args = s.byTID.settle, []any{token, now, ids, kinds, errs, delays, tids}
+		default:
 			q.sql, q.args = s.settleSQL, []any{token, now, ids, kinds, errs, delays}
 		}
 	}
@@ -292,7 +374,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		err = wrap("settle and claim", err)
 		return core.Batch{}, err, err
 	}
-	return batch, settleErr, claimErr
+	return batch, s.settleUnmatched(ctx, sq, sreq, settleErr), claimErr
 }
 
 // cleanErrorText makes a publish error storable in a text column.

@@ -43,9 +43,11 @@ ANALYZE `+tbl)
 		const batch = 1000
 		ids := make([]pgtype.UUID, batch)
 		kinds, errs, delays := make([]int32, batch), make([]string, batch), make([]int64, batch)
+		tids := make([]pgtype.TID, batch)
 		for i := range ids {
 			ids[i] = pgtype.UUID{Bytes: core.NewID(), Valid: true}
 			kinds[i] = int32(1 + i%4)
+			tids[i] = pgtype.TID{BlockNumber: uint32(i / 10), OffsetNumber: uint16(1 + i%10), Valid: true}
 		}
 		var noTime pgtype.Timestamptz
 		cases := []struct {
@@ -61,6 +63,11 @@ ANALYZE `+tbl)
 			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[]"},
 			{"delete", s.DeleteSQLForTest(), []any{token, ids}, "outbox_events_pkey", "uuid, uuid[]"},
 			{"settle delete", s.SettleDeleteSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], ids[batch/2:]}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[], uuid[]"},
+			// By row address: a TID scan, whatever the table holds.
+			{"publish by address", s.PublishTIDSQLForTest(), []any{token, noTime, tids}, tidScan, "uuid, timestamptz, tid[]"},
+			{"settle by address", s.SettleTIDSQLForTest(), []any{token, noTime, ids, kinds, errs, delays, tids}, tidScan, "uuid, timestamptz, uuid[], int4[], text[], int8[], tid[]"},
+			{"delete by address", s.DeleteTIDSQLForTest(), []any{token, tids}, tidScan, "uuid, tid[]"},
+			{"settle delete by address", s.SettleDeleteTIDSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], tids[batch/2:], tids[:batch/2]}, tidScan, "uuid, timestamptz, uuid[], int4[], text[], int8[], tid[], tid[]"},
 			{"prune", s.PruneSQLForTest(), []any{time.Now(), 1000}, "outbox_events_published_idx", "timestamptz, bigint"},
 		}
 		// Prepared statements switch to a generic plan (parameters unknown)
@@ -98,7 +105,8 @@ ANALYZE `+tbl)
 					if n.IndexName != "" {
 						scans = append(scans, n.NodeType+" on "+n.IndexName)
 					}
-					found = found || n.IndexName == c.wantIndex
+					found = found || n.IndexName == c.wantIndex ||
+						(c.wantIndex == tidScan && n.NodeType == "Tid Scan" && n.RelationName == "outbox_events")
 				})
 				if !found {
 					t.Errorf("ordered=%v generic=%v %s: plan does not use %s (uses %s):\n%s", ordered, generic, c.name, c.wantIndex, strings.Join(scans, ", "), plan)
@@ -107,6 +115,9 @@ ANALYZE `+tbl)
 		}
 	}
 }
+
+// tidScan, as a case's wantIndex, asks for a TID scan of the outbox.
+const tidScan = "(Tid Scan)"
 
 type planNode struct {
 	NodeType     string     `json:"Node Type"`

@@ -13,6 +13,12 @@ func (s *Store) AddSQLForTest() string          { return s.addSQL }
 func (s *Store) DeleteSQLForTest() string       { return s.deleteSQL }
 func (s *Store) SettleDeleteSQLForTest() string { return s.settleDeleteSQL }
 
+// The settlements by row address.
+func (s *Store) PublishTIDSQLForTest() string      { return s.byTID.publish }
+func (s *Store) SettleTIDSQLForTest() string       { return s.byTID.settle }
+func (s *Store) DeleteTIDSQLForTest() string       { return s.byTID.delete }
+func (s *Store) SettleDeleteTIDSQLForTest() string { return s.byTID.settleDelete }
+
 // WaitNotifiedForTest waits until no after-commit notification is in flight
 // or owed, so that a test ends with no sender goroutine running.
 func (s *Store) WaitNotifiedForTest(ctx context.Context) error { return s.waitNotified(ctx) }

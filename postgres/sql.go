@@ -164,7 +164,7 @@ WHERE t.ctid = ANY(ARRAY(
 	ORDER BY o.available_at, o.pos
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED))
-RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos`
+RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid`
 }
 
 // Outcome kinds as stored in settle's kind array. They are this package's
@@ -193,10 +193,26 @@ func rowsByID(n names, param string) string {
 // columns and attempts only) stays a HOT update. Parameters: $1 token, $2
 // now override, $3 ids, $4 kinds, $5 errors, $6 delays in microseconds.
 func settleSQL(n names) string {
-	return settleUpdate(n, "$3")
+	return settleUpdate(n, "$3", rowsByID(n, "$3"))
 }
 
-func settleUpdate(n names, ids string) string {
+// rowsByTID matches rows by the row addresses their claim returned: a TID
+// scan, no index probe at all. The claim's lease update is a HOT update, so
+// the leased version stays where RETURNING saw it, and nothing but the
+// lease holder updates a leased row; every statement using it also checks
+// the lease token, so an address that now holds another version or another
+// row matches nothing. The caller settles whatever it did not match by ID.
+func rowsByTID(param string) string {
+	return `t.ctid = ANY(` + param + `::tid[])`
+}
+
+// settleTIDSQL is settleSQL finding rows by address: $7 holds the row
+// address of each ID in $3.
+func settleTIDSQL(n names) string {
+	return settleUpdate(n, "$3", rowsByTID("$7"))
+}
+
+func settleUpdate(n names, ids, rows string) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) ELSE t.published_at END,
 	dead_at = CASE WHEN s.kind = 3 THEN COALESCE($2::timestamptz, now()) ELSE t.dead_at END,
@@ -208,7 +224,7 @@ SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) EL
 	lease_token = NULL,
 	lease_until = NULL
 FROM unnest(` + ids + `::uuid[], $4::int4[], $5::text[], $6::int8[]) AS s(id, kind, error, delay_us)
-WHERE ` + rowsByID(n, ids) + `
+WHERE ` + rows + `
 	AND t.id = s.id AND t.lease_token = $1
 RETURNING t.id`
 }
@@ -217,8 +233,17 @@ RETURNING t.id`
 // row is deleted, which costs less than writing a new row version (no new
 // tuple, no index entries). Parameters: $1 token, $2 ids.
 func deleteSQL(n names) string {
+	return deleteWhere(n, rowsByID(n, "$2"))
+}
+
+// deleteTIDSQL is deleteSQL by row address: $2 holds addresses, not IDs.
+func deleteTIDSQL(n names) string {
+	return deleteWhere(n, rowsByTID("$2"))
+}
+
+func deleteWhere(n names, rows string) string {
 	return `DELETE FROM ` + n.outbox + ` t
-WHERE ` + rowsByID(n, "$2") + `
+WHERE ` + rows + `
 	AND t.lease_token = $1
 RETURNING t.id`
 }
@@ -227,13 +252,20 @@ RETURNING t.id`
 // published IDs, deleted; $3 to $6 the other outcomes, updated. Two
 // data-modifying CTEs in one statement, on disjoint rows.
 func settleDeleteSQL(n names) string {
+	return settleDeleteWhere(n, rowsByID(n, "$7"), rowsByID(n, "$3"))
+}
+
+// settleDeleteTIDSQL is settleDeleteSQL by row address: $7 holds the
+// addresses of the rows to delete, $8 those of the IDs in $3.
+func settleDeleteTIDSQL(n names) string {
+	return settleDeleteWhere(n, rowsByTID("$7"), rowsByTID("$8"))
+}
+
+func settleDeleteWhere(n names, deleted, updated string) string {
 	return `WITH d AS (
-DELETE FROM ` + n.outbox + ` t
-WHERE ` + rowsByID(n, "$7") + `
-	AND t.lease_token = $1
-RETURNING t.id
+` + deleteWhere(n, deleted) + `
 ), u AS (
-` + settleUpdate(n, "$3") + `
+` + settleUpdate(n, "$3", updated) + `
 )
 SELECT id FROM d UNION ALL SELECT id FROM u`
 }
@@ -241,9 +273,18 @@ SELECT id FROM d UNION ALL SELECT id FROM u`
 // publishSQL is settleSQL for the common batch where every event was
 // published: no per-row CASE, and a single array to send.
 func publishSQL(n names) string {
+	return publishWhere(n, rowsByID(n, "$3"))
+}
+
+// publishTIDSQL is publishSQL by row address: $3 holds addresses, not IDs.
+func publishTIDSQL(n names) string {
+	return publishWhere(n, rowsByTID("$3"))
+}
+
+func publishWhere(n names, rows string) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = COALESCE($2::timestamptz, now()), lease_token = NULL, lease_until = NULL
-WHERE ` + rowsByID(n, "$3") + `
+WHERE ` + rows + `
 	AND t.lease_token = $1
 RETURNING t.id`
 }

@@ -35,10 +35,15 @@ type Store struct {
 	addSQL, addOrderedSQL, addOneSQL, addOneOrderedSQL, claimSQL, claimDestSQL, settleSQL, publishSQL, pruneSQL, statsSQL string
 	// With Config.DeletePublished, settling a published event deletes it.
 	deleteSQL, settleDeleteSQL string
+	// The same settlements finding rows by the addresses Claim returned.
+	byTID tidSQL
 
 	// notifier sends Notify's after-commit wake-ups.
 	notifier afterCommit
 }
+
+// tidSQL holds the settle statements that find rows by address (rowsByTID).
+type tidSQL struct{ settle, publish, delete, settleDelete string }
 
 // Interface checks: the capabilities the relay and operators look for.
 var (
@@ -82,6 +87,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		publishSQL:       publishSQL(n),
 		deleteSQL:        deleteSQL(n),
 		settleDeleteSQL:  settleDeleteSQL(n),
+		byTID:            tidSQL{settleTIDSQL(n), publishTIDSQL(n), deleteTIDSQL(n), settleDeleteTIDSQL(n)},
 		pruneSQL:         pruneSQL(n),
 		statsSQL:         statsSQL(n),
 	}, nil

@@ -1,0 +1,1 @@
+ALTER TABLE {{.Outbox}} SET (fillfactor = 80);

@@ -37,6 +37,6 @@
 // with the chaos suite) is run again, and the report says so.
 //
 // -proposals adds prototypes of proposed store and relay changes
-// (proposal.go, proposal_store.go), measured beside the real thing; see
+// (proposal.go), measured beside the real thing; see
 // docs/BENCHMARKS.md.
 package main

@@ -34,17 +34,13 @@ func (d drainResult) rate(n int) float64 { return float64(n) / d.seconds }
 // drainTimeout bounds one drain: generous, so only a hang trips it.
 func drainTimeout(n int) time.Duration { return time.Minute + time.Duration(n)*time.Millisecond }
 
-// relayKind selects what drainOutboxkit runs: the real relay and store, or
-// a prototype of a proposal (proposal_store.go).
+// relayKind selects what drainOutboxkit runs.
 type relayKind int
 
 const (
-	kindStore        relayKind = iota // core.Relay over postgres.Store
-	kindStoreDelete                   // the same with Config.DeletePublished
-	kindProtoCtid                     // core.Relay over protoStore: settle by row address
-	kindProtoCtidDel                  // the same, deleting published rows
-	kindStoreAsync                    // kindStore, synchronous_commit=off on the relay's connections
-	kindProtoArchive                  // protoStore moving published rows to an archive table
+	kindStore       relayKind = iota // core.Relay over postgres.Store
+	kindStoreDelete                  // the same with Config.DeletePublished
+	kindStoreAsync                   // kindStore, synchronous_commit=off on the relay's connections (a proposal)
 )
 
 // drainOutboxkit preloads the outbox and times a relay (Concurrency 2, the
@@ -68,17 +64,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 		return drainResult{}, err
 	}
 	defer pool.Close()
-	var inner core.Store
-	switch kind {
-	case kindStore, kindStoreDelete, kindStoreAsync:
-		inner, err = postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, Notify: postgres.NotifyOff})
-	case kindProtoCtid:
-		inner, err = newProtoStore(ctx, pool, s, settleUpdate)
-	case kindProtoCtidDel:
-		inner, err = newProtoStore(ctx, pool, s, settleDelete)
-	case kindProtoArchive:
-		inner, err = newProtoStore(ctx, pool, s, settleArchive)
-	}
+	inner, err := postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, Notify: postgres.NotifyOff})
 	if err != nil {
 		return drainResult{}, err
 	}
@@ -132,13 +118,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 		return drainResult{}, err
 	}
 	got := sink.n.Load()
-	archived := int64(-1)
-	if kind == kindProtoArchive {
-		if archived, err = tableCount(ctx, s, archiveTable); err != nil {
-			return drainResult{}, err
-		}
-	}
-	res.check = Check{OK: left == 0 && got == int64(n) && ctr.lost.Load() == 0 && (archived < 0 || archived == int64(n)),
+	res.check = Check{OK: left == 0 && got == int64(n) && ctr.lost.Load() == 0,
 		Detail: fmt.Sprintf("sink received %d of %d, %d rows still pending, %d settled under a lost lease", got, n, left, ctr.lost.Load())}
 	return res, nil
 }
@@ -164,10 +144,6 @@ WHERE t.ctid = ANY(ARRAY(
 	FOR UPDATE SKIP LOCKED))
 RETURNING t.id, t.payload`
 }
-
-// asyncCommit is the session setting of the synchronous_commit=off
-// proposal (proposal.go).
-func asyncCommit() []string { return []string{"synchronous_commit", "off"} }
 
 // drainCeiling times the ceiling statement run by two workers until the
 // outbox is empty; async runs it with synchronous_commit=off.

@@ -26,7 +26,7 @@ type latencyResult struct {
 
 // latencyVariant is how outboxkit runs in a latency measurement.
 type latencyVariant struct {
-	mode notifyMode
+	mode postgres.NotifyMode
 	// async runs the relay's connections with synchronous_commit=off (a
 	// proposal, see proposal.go).
 	async bool
@@ -104,12 +104,11 @@ func latencyIDs(n int) ([]core.ID, *arrivals) {
 // default 1 s poll, so the figure is the notification path's; without, it
 // polls every 10 ms, like Watermill here.
 //
-// mode notifyAfterCommit or notifyCoalesced measures a proposal: the
-// producers' store sends nothing, and the wake-up follows each COMMIT (see
-// proposal.go).
+// With postgres.NotifyAfterCommit the producers call Store.Notify after
+// each COMMIT: the store's coalesced wake-up.
 func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant, profile string) (latencyResult, error) {
 	mode := v.mode
-	notify := mode != notifyOff
+	notify := mode != postgres.NotifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
 	s, err := b.outboxSchema(ctx)
 	if err != nil {
@@ -133,19 +132,14 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant
 		return latencyResult{}, err
 	}
 	defer prodPool.Close()
-	relayStore, err := postgres.New(relayPool, &postgres.Config{Schema: s.name, Notify: disableNotify(!notify)})
+	relayStore, err := postgres.New(relayPool, &postgres.Config{Schema: s.name, Notify: mode})
 	if err != nil {
 		return latencyResult{}, err
 	}
-	prodStore, err := postgres.New(prodPool, &postgres.Config{Schema: s.name, Notify: disableNotify(mode != notifyInTx)})
+	prodStore, err := postgres.New(prodPool, &postgres.Config{Schema: s.name, Notify: mode})
 	if err != nil {
 		return latencyResult{}, err
 	}
-	after, stopAfter, err := newAfterCommit(ctx, prodPool, b.o.dsn, mode, relayStore.Config().Channel)
-	if err != nil {
-		return latencyResult{}, err
-	}
-	defer stopAfter()
 	listening := make(chan struct{})
 	var once sync.Once
 	store := &notifyWatch{Store: relayStore, listening: func() { once.Do(func() { close(listening) }) }, reclaim: v.reclaim}
@@ -191,7 +185,8 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant
 			return err
 		}
 		arr.committed(i)
-		return after(ctx)
+		prodStore.Notify() // a no-op unless NotifyAfterCommit
+		return nil
 	})
 	if err == nil {
 		select {

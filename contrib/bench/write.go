@@ -33,7 +33,7 @@ type writeCase struct {
 	// event says whether to Add an event, notify how the wake-up is sent.
 	script string
 	event  bool
-	notify notifyMode
+	notify postgres.NotifyMode
 }
 
 const (
@@ -41,8 +41,7 @@ const (
 	caseEvent    = "UPDATE + event"
 	caseNoNotify = "UPDATE + event, NOTIFY off"
 	caseNotify   = "UPDATE + event + NOTIFY"
-	caseAfter    = "UPDATE + event, NOTIFY after COMMIT (proposal)"
-	caseCoalesce = "UPDATE + event, coalesced NOTIFY after COMMIT (proposal)"
+	caseAfter    = "UPDATE + event, NotifyAfterCommit"
 )
 
 // writeCases returns the measurements of one repetition: each business
@@ -56,23 +55,18 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 		{name: caseAlone, system: "pgbench", script: "BEGIN;\n" + update + "\nEND;\n"},
 		{name: caseAlone, system: "outboxkit"},
 		{name: caseEvent, system: "pgbench", script: "BEGIN;\n" + update + "\n" + insert + ";\nEND;\n"},
-		{name: caseEvent, system: "outboxkit", event: true, notify: notifyInTx},
+		// The store's default: NOTIFY in Add's statement.
+		{name: caseEvent, system: "outboxkit", event: true, notify: postgres.NotifyInTransaction},
+		// The wake-up after COMMIT (Store.Notify), compared with pgbench's
+		// UPDATE + INSERT.
+		{name: caseAfter, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit},
 	}
 	if b.o.extras {
 		// The store's default sends NOTIFY in the INSERT's statement; these
 		// two show what that costs on each side.
 		cases = append(cases,
-			writeCase{name: caseNoNotify, system: "outboxkit", event: true, notify: notifyOff},
+			writeCase{name: caseNoNotify, system: "outboxkit", event: true, notify: postgres.NotifyOff},
 			writeCase{name: caseNotify, system: "pgbench", script: "BEGIN;\n" + update + "\nWITH ins AS (" + insert + ") SELECT pg_notify('" + channel + "', '');\nEND;\n"},
-		)
-	}
-	if b.o.proposals {
-		// The proposal: send the wake-up after the business transaction
-		// committed, in a transaction of its own (see proposal.go).
-		cases = append(cases,
-			writeCase{name: caseAfter, system: "pgbench", script: "BEGIN;\n" + update + "\n" + insert + ";\nEND;\nSELECT pg_notify('" + channel + "', '');\n"},
-			writeCase{name: caseAfter, system: "outboxkit", event: true, notify: notifyAfterCommit},
-			writeCase{name: caseCoalesce, system: "outboxkit", event: true, notify: notifyCoalesced},
 		)
 	}
 	return cases
@@ -123,15 +117,10 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 		return 0, err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: disableNotify(c.notify != notifyInTx)})
+	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: c.notify})
 	if err != nil {
 		return 0, err
 	}
-	after, stop, err := newAfterCommit(ctx, pool, b.o.dsn, c.notify, store.Config().Channel)
-	if err != nil {
-		return 0, err
-	}
-	defer stop()
 	update := `UPDATE ` + s.table("accounts") + ` SET balance = balance + 1 WHERE id = $1`
 	payload := []byte(benchPayload)
 	tx1 := func(ctx context.Context, rng *rand.Rand) error {
@@ -151,7 +140,8 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		return after(ctx)
+		store.Notify() // a no-op unless NotifyAfterCommit
+		return nil
 	}
 	stopProf := startProfile(profile)
 	defer stopProf()

@@ -254,7 +254,7 @@ func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleReques
 	var sent []int // when some events are held back: indexes of those sent
 	invalid := 0
 	for i := range batch.Events {
-		if err := batch.Events[i].Validate(); err != nil {
+		if err := batch.Events[i].validate(!batch.PayloadsAreJSON); err != nil {
 			errs[i] = Permanent(err)
 			invalid++
 		}

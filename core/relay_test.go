@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -400,5 +401,50 @@ func (c claimMutator) Claim(ctx context.Context, req core.ClaimRequest) (core.Ba
 	for i := range b.Events {
 		c.mutate(&b.Events[i])
 	}
+	return b, err
+}
+
+// TestRelayParsesPayloadsUnlessTheStoreVouches: a payload that is not JSON
+// is dead-lettered, unless the batch says the store guarantees JSON (then
+// the relay trusts it, and every other check still applies).
+func TestRelayParsesPayloadsUnlessTheStoreVouches(t *testing.T) {
+	for _, vouched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("PayloadsAreJSON=%v", vouched), func(t *testing.T) {
+			f := newRelayFixture(t, nil, nil, core.RelayConfig{})
+			events := f.add(3)
+			notJSON, noType := events[0].ID, events[2].ID
+			relay, err := core.NewRelay(vouchingStore{claimMutator{f.store, func(e *core.Event) {
+				switch e.ID {
+				case notJSON:
+					e.Payload = []byte("{not json")
+				case noType:
+					e.Type = ""
+				}
+			}}, vouched}, f.pub, &core.RelayConfig{Clock: f.clock})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := relay.Drain(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			st, _ := f.store.Get(notJSON)
+			if dead := !st.DeadAt.IsZero(); dead == vouched {
+				t.Fatalf("non-JSON payload dead-lettered=%v with PayloadsAreJSON=%v: %+v", dead, vouched, st)
+			}
+			if st, _ := f.store.Get(noType); st.DeadAt.IsZero() {
+				t.Fatalf("event without a type not dead-lettered: %+v", st)
+			}
+		})
+	}
+}
+
+type vouchingStore struct {
+	claimMutator
+	vouch bool
+}
+
+func (v vouchingStore) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	b, err := v.claimMutator.Claim(ctx, req)
+	b.PayloadsAreJSON = v.vouch
 	return b, err
 }

@@ -45,6 +45,9 @@ func claimAll(t *testing.T, s *Store, n int) core.Batch {
 	if err != nil || len(b.Events) != n {
 		t.Fatalf("claim: %d events, %v; want %d", len(b.Events), err, n)
 	}
+	if !b.PayloadsAreJSON {
+		t.Fatal("claim does not vouch for its payloads: the jsonb column guarantees them")
+	}
 	refs, ok := b.Lease.Handle.(*rowRefs)
 	if !ok || len(refs.tids) != n {
 		t.Fatalf("claim's lease handle is %T, want the row addresses of %d rows", b.Lease.Handle, n)

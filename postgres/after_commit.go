@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// notifySQL sends one after-commit notification in a transaction of its
+// own, without waiting for that transaction's commit to be flushed.
+const notifySQL = "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')"
+
 // notifyTimeout bounds one after-commit notification, so a server that
 // stopped answering does not hold the sender goroutine.
 const notifyTimeout = 5 * time.Second
@@ -84,9 +88,13 @@ func (s *Store) sendNotification() {
 	ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
 	defer cancel()
 	// Outside any transaction of the caller's: a transaction that only
-	// notifies writes no WAL before its commit record, so it holds
-	// PostgreSQL's notify lock for microseconds instead of for a flush.
-	if _, err := s.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.cfg.Channel); err != nil {
+	// notifies writes nothing but its commit record. NOTIFY gives it a
+	// transaction ID, so by default that commit would wait for a WAL flush,
+	// holding PostgreSQL's notify lock and delaying the wake-up by an
+	// fsync; synchronous_commit=off for this one transaction skips the
+	// wait. Nothing durable depends on it: a notification lost in a crash
+	// is a hint lost, and the relays' poll finds the events.
+	if _, err := s.pool.Exec(ctx, notifySQL, s.cfg.Channel); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "outbox notification failed; relays will find the events by polling",
 			"channel", s.cfg.Channel, "error", err)
 	}

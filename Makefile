@@ -57,7 +57,7 @@ fuzz:
 	$(GO) test ./internal/chaos/ -run '^$$' -fuzz '^FuzzEventFromCloudEventHeaders$$' -fuzztime $(FUZZTIME) -parallel 1
 	$(GO) test ./internal/chaos/ -run '^$$' -fuzz '^FuzzCloudEventRoundTrip$$' -fuzztime $(FUZZTIME) -parallel 1
 
-# The comparative benchmark (docs/BENCHMARKS.md): about 10 minutes on 2 cores,
+# The comparative benchmark (docs/BENCHMARKS.md): about 13 minutes on 2 cores,
 # needs PostgreSQL and pgbench. Not part of `make test`, which runs the
 # harness's smoke test instead.
 bench:

@@ -58,6 +58,8 @@ ANALYZE `+tbl)
 		}{
 			{"claim", s.ClaimSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_pending_idx", "timestamptz, bigint, uuid, interval"},
 			{"claim 1000", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_pending_idx", "timestamptz, bigint, uuid, interval"},
+			{"slot claim", s.ClaimSlotSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_slot_idx", "timestamptz, bigint, uuid, interval"},
+			{"slot claim 1000", s.ClaimSlotSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_slot_idx", "timestamptz, bigint, uuid, interval"},
 			{"publish", s.PublishSQLForTest(), []any{token, noTime, ids}, "outbox_events_pkey", "uuid, timestamptz, uuid[]"},
 			{"publish one", s.PublishSQLForTest(), []any{token, noTime, ids[:1]}, "outbox_events_pkey", "uuid, timestamptz, uuid[]"},
 			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[]"},

@@ -13,6 +13,8 @@ func (s *Store) AddSQLForTest() string          { return s.addSQL }
 func (s *Store) DeleteSQLForTest() string       { return s.deleteSQL }
 func (s *Store) SettleDeleteSQLForTest() string { return s.settleDeleteSQL }
 
+func (s *Store) ClaimSlotSQLForTest() string { return s.claimSlotSQL }
+
 // The settlements by row address.
 func (s *Store) PublishTIDSQLForTest() string      { return s.byTID.publish }
 func (s *Store) SettleTIDSQLForTest() string       { return s.byTID.settle }

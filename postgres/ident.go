@@ -67,6 +67,7 @@ type names struct {
 	aggregates string // "schema"."table_aggregates"
 	processed  string // "schema"."table_processed"
 	versions   string // "schema"."outboxkit_migrations"
+	claimSlot  string // "schema"."table_claim_slot", the sequence of slot claims
 
 	// Unqualified index names (CREATE INDEX puts them in the table's schema).
 	pendingIdx   string
@@ -74,6 +75,7 @@ type names struct {
 	deadIdx      string
 	aggregateIdx string
 	processedIdx string
+	slotIdx      string
 }
 
 func newNames(schema, table string) (names, error) {
@@ -92,11 +94,13 @@ func newNames(schema, table string) (names, error) {
 		aggregates:   q(schema, table+"_aggregates"),
 		processed:    q(schema, table+"_processed"),
 		versions:     q(schema, "outboxkit_migrations"),
+		claimSlot:    q(schema, table+"_claim_slot"),
 		pendingIdx:   q(table + "_pending_idx"),
 		publishedIdx: q(table + "_published_idx"),
 		deadIdx:      q(table + "_dead_idx"),
 		aggregateIdx: q(table + "_aggregate_idx"),
 		processedIdx: q(table + "_processed_at_idx"),
+		slotIdx:      q(table + "_slot_idx"),
 	}, nil
 }
 

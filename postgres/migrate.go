@@ -373,17 +373,17 @@ func (m *Migrator) appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]stru
 // templateNames are the fields migration templates may use: every one is a
 // validated, quoted identifier.
 type templateNames struct {
-	Schema, Outbox, Aggregates, Processed                                   string
-	PendingIndex, PublishedIndex, DeadIndex, AggregateIndex, ProcessedIndex string
+	Schema, Outbox, Aggregates, Processed, ClaimSlot                                   string
+	PendingIndex, PublishedIndex, DeadIndex, AggregateIndex, ProcessedIndex, SlotIndex string
 }
 
 // renderMigrations reads the embedded templates, pairs up and down files by
 // version, and renders them for n.
 func renderMigrations(n names) ([]Migration, error) {
 	tn := templateNames{
-		Schema: n.schemaQ, Outbox: n.outbox, Aggregates: n.aggregates, Processed: n.processed,
+		Schema: n.schemaQ, Outbox: n.outbox, Aggregates: n.aggregates, Processed: n.processed, ClaimSlot: n.claimSlot,
 		PendingIndex: n.pendingIdx, PublishedIndex: n.publishedIdx, DeadIndex: n.deadIdx,
-		AggregateIndex: n.aggregateIdx, ProcessedIndex: n.processedIdx,
+		AggregateIndex: n.aggregateIdx, ProcessedIndex: n.processedIdx, SlotIndex: n.slotIdx,
 	}
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {

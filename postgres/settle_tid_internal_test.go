@@ -216,3 +216,60 @@ func TestForeignHandleIsIgnored(t *testing.T) {
 		t.Fatalf("%d rows still pending", got)
 	}
 }
+
+// TestSlotClaimTopsUpInOrder: under a backlog a claim starts with one slot
+// of the pending set; when the slot holds too few due events the batch is
+// topped up from the whole set under the same lease, in claim order, and
+// settles as one batch.
+func TestSlotClaimTopsUpInOrder(t *testing.T) {
+	t.Parallel()
+	// 200 events: insertion positions 1–200 fill groups 0–3 of 64, so
+	// slots 0–3 hold events and the other 12 are empty.
+	s, events := tidTestStore(t, 200, Config{Notify: NotifyOff})
+	ctx := context.Background()
+	seen := map[core.ID]int{}
+	order := map[core.ID]int{}
+	for i, e := range events {
+		order[e.ID] = i
+	}
+	slotClaims := 0
+	for claims := 0; ; claims++ {
+		if claims > 100 {
+			t.Fatal("claims never came back empty")
+		}
+		slot := s.backlog.Load()
+		b, err := s.Claim(ctx, core.ClaimRequest{Limit: 30, LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) == 0 {
+			break
+		}
+		if slot {
+			slotClaims++
+		}
+		if len(b.Events) < 30 && s.backlog.Load() {
+			t.Fatalf("a short batch (%d) left the store believing in a backlog", len(b.Events))
+		}
+		for i, e := range b.Events {
+			seen[e.ID]++
+			if i > 0 && order[e.ID] < order[b.Events[i-1].ID] {
+				t.Fatalf("batch not in claim order at %d: %v after %v", i, order[e.ID], order[b.Events[i-1].ID])
+			}
+		}
+		if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: published(b.Events...)}); err != nil {
+			t.Fatalf("settle a merged batch: %v", err)
+		}
+	}
+	if slotClaims == 0 {
+		t.Fatal("no claim ran as a slot claim: the backlog was never seen")
+	}
+	for _, e := range events {
+		if seen[e.ID] != 1 {
+			t.Fatalf("event %d claimed %d times", order[e.ID], seen[e.ID])
+		}
+	}
+	if got := pendingCount(t, s); got != 0 {
+		t.Fatalf("%d rows still pending", got)
+	}
+}

@@ -139,7 +139,20 @@ FROM bumped b
 // core.ClaimRequest.Destination). It is a separate text rather than an OR on
 // an empty parameter, so the common claim's plan carries no dead condition.
 func claimSQL(n names, ordered, byDestination bool) string {
-	head := ""
+	return claimWhere(n, ordered, byDestination, "")
+}
+
+// claimSlotSQL is the unordered, any-destination claim restricted to one
+// slot of the pending set (migration 005): the sequence picks the slot, and
+// the condition matches the slot index's expression so the claim walks that
+// index in (available_at, pos) order within the slot.
+func claimSlotSQL(n names) string {
+	return claimWhere(n, false, false, `
+	AND ((o.pos / 64) % 16) = (SELECT nextval('`+n.claimSlot+`') % 16)`)
+}
+
+func claimWhere(n names, ordered, byDestination bool, slot string) string {
+	head := slot
 	if byDestination {
 		head = `
 	AND o.destination = $5`

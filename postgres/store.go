@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,6 +38,11 @@ type Store struct {
 	deleteSQL, settleDeleteSQL string
 	// The same settlements finding rows by the addresses Claim returned.
 	byTID tidSQL
+	// claimSlotSQL is the claim of one slot (Claim explains when).
+	claimSlotSQL string
+	// backlog is whether the last claim through this store came back
+	// full: the next one then claims by slot.
+	backlog atomic.Bool
 
 	// notifier sends Notify's after-commit wake-ups.
 	notifier afterCommit
@@ -83,6 +89,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		addOneOrderedSQL: addOneOrderedSQL(n, notify),
 		claimSQL:         claimSQL(n, c.Ordering, false),
 		claimDestSQL:     claimSQL(n, c.Ordering, true),
+		claimSlotSQL:     claimSlotSQL(n),
 		settleSQL:        settleSQL(n),
 		publishSQL:       publishSQL(n),
 		deleteSQL:        deleteSQL(n),

@@ -110,7 +110,7 @@ func TestMigratePrintMatchesMigrate(t *testing.T) {
 			Applied bool
 		}
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Migrations) != 4 {
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || len(st.Migrations) != 5 {
 		t.Fatalf("migrate status --json: %v\n%s", err, r.stdout)
 	}
 	for _, m := range st.Migrations {
@@ -132,13 +132,13 @@ func TestMigrateStatusAndDown(t *testing.T) {
 
 	r := cli(t, env(), "migrate", "status", "--schema", schema)
 	wantOK(t, r)
-	if strings.Count(r.stdout, "pending") != 4 {
+	if strings.Count(r.stdout, "pending") != 5 {
 		t.Errorf("status before migrate:\n%s", r.stdout)
 	}
 	wantOK(t, cli(t, env(), "migrate", "--schema", schema))
 	r = cli(t, env(), "migrate", "status", "--schema", schema)
 	wantOK(t, r)
-	if strings.Contains(r.stdout, "pending") || !strings.Contains(r.stdout, "004  ") {
+	if strings.Contains(r.stdout, "pending") || !strings.Contains(r.stdout, "005  ") {
 		t.Errorf("status after migrate:\n%s", r.stdout)
 	}
 
@@ -150,7 +150,7 @@ func TestMigrateStatusAndDown(t *testing.T) {
 
 	r = cli(t, env(), "migrate", "down", "--to", "1", "--yes", "--schema", schema)
 	wantOK(t, r)
-	if !strings.Contains(r.stdout, "reverted 004_fillfactor, 003_processed, 002_ordering") {
+	if !strings.Contains(r.stdout, "reverted 005_claim_slots, 004_fillfactor, 003_processed, 002_ordering") {
 		t.Errorf("migrate down --to 1: %q", r.stdout)
 	}
 	r = cli(t, env(), "migrate", "down", "--to", "0", "--yes", "--schema", schema)

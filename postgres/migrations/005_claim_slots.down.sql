@@ -1,0 +1,2 @@
+DROP INDEX IF EXISTS {{.Schema}}.{{.SlotIndex}};
+DROP SEQUENCE IF EXISTS {{.ClaimSlot}};

@@ -16,7 +16,11 @@ type Store interface {
 	// Claim leases up to req.Limit pending events that are due (AvailableAt
 	// not in the future, no live lease), oldest first, under one fresh lease
 	// token. It increments each event's Attempts. An empty batch is not an
-	// error.
+	// error, and a batch shorter than req.Limit means nothing more was due.
+	// A store may relax "oldest first" across the whole backlog so that
+	// relays sharing it do not contend for the same rows (the PostgreSQL
+	// store's slot claims do); each batch is still in order, and a store
+	// that offers per-aggregate ordering keeps it strictly.
 	//
 	// Claim exists so that the network call to the transport happens with no
 	// database lock held: the lease, not a row lock, keeps other relays off.

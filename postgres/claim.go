@@ -21,7 +21,8 @@ import (
 const maxErrorBytes = 4096
 
 // Claim leases up to req.Limit due events under a fresh lease token in one
-// statement (docs/SCHEMA.md shows it). Due means: neither published nor
+// statement (docs/SCHEMA.md shows it), or two when a slot claim is topped
+// up (below). Due means: neither published nor
 // dead-lettered, AvailableAt reached, and no live lease; with ordering on,
 // also the head of its aggregate; with req.Destination set, also bound for
 // that destination. The events come back in the order they were selected:

@@ -174,6 +174,10 @@
 //     entries at the head of the pending index that claims step over until
 //     VACUUM removes them. Very busy outboxes may want autovacuum_naptime
 //     lowered too (a server setting).
+//   - Under a backlog, claims go by slot (migration 005; see Store.Claim), so
+//     relays sharing a table do not all walk the same rows: a batch is then
+//     oldest-first within its slot, not across the whole table. Ordering
+//     and Destination claims never use slots.
 //   - Notify: NotifyAfterCommit for many concurrent writers, NotifyOff
 //     where LISTEN is unavailable (see "Waking relays").
 //   - MaxPayloadBytes (1 MiB by default, QStash's smallest plan limit) refuses

@@ -50,15 +50,25 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 	if err != nil {
 		return core.Batch{}, err
 	}
-	rows, err := s.pool.Query(ctx, q.sql, q.args...)
+	rows, err := s.pool.Query(ctx, q.sql, s.relayArgs(q.args)...)
 	if err != nil {
 		return core.Batch{}, wrap("claim", err)
 	}
-	b, err := q.read(rows)
+	b, err := s.read(q, rows)
 	if err != nil {
 		return core.Batch{}, err
 	}
 	return s.topUp(ctx, q, b), nil
+}
+
+// read is q.read, noting how far the table's history reaches.
+func (s *Store) read(q claim, rows pgx.Rows) (core.Batch, error) {
+	b, err := q.read(rows)
+	if err == nil {
+		refs, _ := b.Lease.Handle.(*rowRefs)
+		s.sawPositions(refs)
+	}
+	return b, err
 }
 
 // topUp records whether claim q came back full and, when q was a slot
@@ -75,12 +85,12 @@ func (s *Store) topUp(ctx context.Context, q claim, b core.Batch) core.Batch {
 	rest.slot, rest.sql, rest.limit = false, s.claimSQL, q.limit-len(b.Events)
 	rest.args = append([]any(nil), q.args...)
 	rest.args[1] = rest.limit
-	rows, err := s.pool.Query(ctx, rest.sql, rest.args...)
+	rows, err := s.pool.Query(ctx, rest.sql, s.relayArgs(rest.args)...)
 	if err != nil {
 		s.backlog.Store(false)
 		return b
 	}
-	more, err := rest.read(rows)
+	more, err := s.read(rest, rows)
 	if err != nil || len(more.Events) == 0 {
 		s.backlog.Store(false)
 		return b
@@ -283,7 +293,7 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 	if err != nil || q.sql == "" {
 		return err
 	}
-	rows, err := s.pool.Query(ctx, q.sql, q.args...)
+	rows, err := s.pool.Query(ctx, q.sql, s.relayArgs(q.args)...)
 	if err != nil {
 		return wrap("settle", err)
 	}
@@ -441,7 +451,9 @@ func (q settlement) read(rows pgx.Rows, req core.SettleRequest) error {
 // the claim of the next travel in one pipelined round trip (a pgx batch),
 // which at high throughput saves a large share of the time per batch. The
 // two statements run in one implicit transaction, so either both take effect
-// or, when the round trip fails, neither does.
+// or, when the round trip fails, neither does. (While the table is young,
+// see plans.go, they are two round trips: the claim runs only after the
+// settlement succeeded.)
 func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
 	sq, err := s.settleQuery(sreq)
 	if err != nil {
@@ -454,6 +466,17 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 	if sq.sql == "" {
 		b, err := s.Claim(ctx, creq)
 		return b, nil, err
+	}
+	if s.planning() {
+		// A pgx batch always runs prepared statements (plans.go): while
+		// the table is young, settle and claim in two round trips.
+		settleErr := s.Settle(ctx, sreq)
+		if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
+			// As when the pipelined round trip fails: nothing claimed.
+			return core.Batch{}, settleErr, settleErr
+		}
+		b, claimErr := s.Claim(ctx, creq)
+		return b, settleErr, claimErr
 	}
 	var b pgx.Batch
 	b.Queue(sq.sql, sq.args...)
@@ -474,7 +497,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		err = wrap("settle and claim", errors.Join(err, br.Close()))
 		return core.Batch{}, err, err
 	}
-	batch, claimErr := cq.read(rows)
+	batch, claimErr := s.read(cq, rows)
 	if err := br.Close(); err != nil {
 		// The implicit transaction did not commit: neither statement took
 		// effect.

@@ -57,7 +57,7 @@ func (s *Store) Prune(ctx context.Context, req core.PruneRequest) (int64, error)
 	}
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, s.pruneSQL, req.PublishedBefore, batch)
+		tag, err := s.pool.Exec(ctx, s.pruneSQL, s.relayArgs([]any{req.PublishedBefore, batch})...)
 		if err != nil {
 			return total, wrap("prune", err)
 		}

@@ -43,6 +43,10 @@ type Store struct {
 	// backlog is whether the last claim through this store came back
 	// full: the next one then claims by slot.
 	backlog atomic.Bool
+	// plans and grown decide whether the relay's statements are prepared
+	// or planned per execution (plans.go).
+	plans planMode
+	grown atomic.Bool
 
 	// notifier sends Notify's after-commit wake-ups.
 	notifier afterCommit
@@ -97,6 +101,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		byTID:            tidSQL{settleTIDSQL(n), publishTIDSQL(n), deleteTIDSQL(n), settleDeleteTIDSQL(n)},
 		pruneSQL:         pruneSQL(n),
 		statsSQL:         statsSQL(n),
+		plans:            newPlanMode(pool),
 	}, nil
 }
 

@@ -169,7 +169,7 @@ func TestRatiosAndTargets(t *testing.T) {
 	}
 	var out bytes.Buffer
 	r.writeTables(&out)
-	for _, s := range []string{"| batch=500 | outboxkit | 30.0 (27.0–36.0) |", "**missed** by -25 %", "**met** by +0 %"} {
+	for _, s := range []string{"| batch=500 | outboxkit | 30.0 (27.0–36.0) |", "**missed** by 25 %", "**met**, 0 % to spare"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("tables lack %q:\n%s", s, out.String())
 		}

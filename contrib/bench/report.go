@@ -248,11 +248,13 @@ func (r *Report) writeTables(w io.Writer) {
 				fmt.Fprintf(w, "| %s | not run | %s %s %s | – |\n", t.Name, t.Op, fmtNum(t.Threshold), t.Unit)
 				continue
 			}
-			verdict := "**met**"
+			// Margin's sign already says which side of the threshold the
+			// value is; the words say it once.
+			verdict := fmt.Sprintf("**met**, %.0f %% to spare", 100*t.Margin)
 			if !t.Met {
-				verdict = "**missed**"
+				verdict = fmt.Sprintf("**missed** by %.0f %%", -100*t.Margin)
 			}
-			fmt.Fprintf(w, "| %s | %s %s | %s %s %s | %s by %+.0f %% |\n", t.Name, fmtNum(t.Value), t.Unit, t.Op, fmtNum(t.Threshold), t.Unit, verdict, 100*t.Margin)
+			fmt.Fprintf(w, "| %s | %s %s | %s %s %s | %s |\n", t.Name, fmtNum(t.Value), t.Unit, t.Op, fmtNum(t.Threshold), t.Unit, verdict)
 		}
 		fmt.Fprintln(w)
 	}

@@ -178,6 +178,14 @@
 //     relays sharing a table do not all walk the same rows: a batch is then
 //     oldest-first within its slot, not across the whole table. Ordering
 //     and Destination claims never use slots.
+//   - Plans: the relay's statements are planned per execution (unnamed
+//     statements) until a claim returns a row at insertion position 4,096
+//     or beyond, then prepared. A generic plan made on a small table scans
+//     it whole and is kept as the table grows unless ANALYZE runs; this
+//     keeps such plans from being made (plans.go explains, and
+//     docs/OPERATIONS.md rule 7 says what is left to operators). Only a pool
+//     in pgx's default mode (cache_statement) is affected; other modes
+//     never prepare.
 //   - Notify: NotifyAfterCommit for many concurrent writers, NotifyOff
 //     where LISTEN is unavailable (see "Waking relays").
 //   - MaxPayloadBytes (1 MiB by default, QStash's smallest plan limit) refuses

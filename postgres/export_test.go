@@ -28,3 +28,8 @@ func (s *Store) WaitNotifiedForTest(ctx context.Context) error { return s.waitNo
 // SetBeforeNotifyForTest installs f to run as each after-commit notification
 // is about to be sent. Call it before the first Notify.
 func (s *Store) SetBeforeNotifyForTest(f func()) { s.notifier.beforeSend = f }
+
+// SetGrownForTest makes the store treat its table as grown past the young
+// stage (plans.go), so its relay statements are prepared from the first
+// call and a settlement and the next claim share one pipelined round trip.
+func (s *Store) SetGrownForTest() { s.grown.Store(true) }

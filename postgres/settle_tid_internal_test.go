@@ -157,10 +157,23 @@ func TestSettleByAddressOutOfOrderAndPartly(t *testing.T) {
 // TestSettleAfterRowsMoved: VACUUM FULL rewrites the table, so every address
 // a claim returned now points elsewhere (or nowhere). The settlement must
 // still find every row, by ID, and report no lost lease.
+//
+// It runs on a young table (settle, then claim) and as on a grown one (the
+// two pipelined in one round trip; plans.go).
 func TestSettleAfterRowsMoved(t *testing.T) {
 	t.Parallel()
+	for _, grown := range []bool{false, true} {
+		t.Run(fmt.Sprintf("grown=%v", grown), func(t *testing.T) {
+			t.Parallel()
+			settleAfterRowsMoved(t, grown)
+		})
+	}
+}
+
+func settleAfterRowsMoved(t *testing.T, grown bool) {
 	const n = 50
 	s, _ := tidTestStore(t, n, Config{Notify: NotifyOff})
+	s.grown.Store(grown)
 	ctx := context.Background()
 	// Published rows ahead of the claimed ones, so the rewrite shifts them.
 	b0 := claimAll(t, s, 10)

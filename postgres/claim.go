@@ -455,6 +455,17 @@ func (q settlement) read(rows pgx.Rows, req core.SettleRequest) error {
 // see plans.go, they are two round trips: the claim runs only after the
 // settlement succeeded.)
 func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
+	if s.planning() {
+		// A pgx batch always runs prepared statements (plans.go): while
+		// the table is young, settle and claim in two round trips.
+		settleErr := s.Settle(ctx, sreq)
+		if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
+			// As when the pipelined round trip fails: nothing claimed.
+			return core.Batch{}, settleErr, settleErr
+		}
+		b, claimErr := s.Claim(ctx, creq)
+		return b, settleErr, claimErr
+	}
 	sq, err := s.settleQuery(sreq)
 	if err != nil {
 		return core.Batch{}, err, err
@@ -466,17 +477,6 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 	if sq.sql == "" {
 		b, err := s.Claim(ctx, creq)
 		return b, nil, err
-	}
-	if s.planning() {
-		// A pgx batch always runs prepared statements (plans.go): while
-		// the table is young, settle and claim in two round trips.
-		settleErr := s.Settle(ctx, sreq)
-		if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
-			// As when the pipelined round trip fails: nothing claimed.
-			return core.Batch{}, settleErr, settleErr
-		}
-		b, claimErr := s.Claim(ctx, creq)
-		return b, settleErr, claimErr
 	}
 	var b pgx.Batch
 	b.Queue(sq.sql, sq.args...)

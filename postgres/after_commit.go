@@ -14,18 +14,28 @@ const notifySQL = "SELECT set_config('synchronous_commit', 'off', true), pg_noti
 // stopped answering does not hold the sender goroutine.
 const notifyTimeout = 5 * time.Second
 
+// DefaultNotifyInterval is Config.NotifyInterval's default.
+const DefaultNotifyInterval = time.Millisecond
+
 // afterCommit coalesces Store.Notify calls: at most one pg_notify is in
-// flight per Store, and calls that arrive while it is make exactly one more
-// follow it. The sender goroutine exists only while there is something to
-// send, so a Store needs no Close.
+// flight per Store, the next starts no sooner than Config.NotifyInterval
+// after it, and it covers every call that arrived meanwhile. The sender
+// goroutine exists only while there is something to send, so a Store needs
+// no Close.
 type afterCommit struct {
 	mu sync.Mutex
 	// done is non-nil while a sender runs, and closed when it stops.
 	done chan struct{}
-	// pending records a Notify that arrived while a notification was in
-	// flight: that notification may have been sent before the caller's
+	// pending records a Notify that no notification has yet been sent
+	// for: a notification in flight may have been sent before the caller's
 	// commit, so another must follow it.
 	pending bool
+	// due paces the notifications at one per Config.NotifyInterval (a
+	// generic cell rate algorithm): it is when the next would be sent at
+	// that rate. One may go out up to an interval before it, a burst of
+	// two, so that commits arriving at about the interval's rate never
+	// wait on their own jitter.
+	due time.Time
 	// beforeSend is a test hook, set before the first Notify: it runs as
 	// each notification is about to be sent.
 	beforeSend func()
@@ -37,10 +47,13 @@ type afterCommit struct {
 // and is safe for concurrent use.
 //
 // Notifications are coalesced per Store: at most one SELECT pg_notify is in
-// flight, on the store's pool, and however many Notify calls arrive while
-// it is, exactly one more is sent after it. So a burst of commits costs one
-// or two notifications, and every commit that called Notify is followed by
-// a notification sent after that call. A notification that fails (the
+// flight, on the store's pool, and the next, sent once it has returned,
+// covers every Notify call that arrived meanwhile. They are paced at one
+// per Config.NotifyInterval (1 ms by default), with bursts of two. So a
+// burst of commits costs one or two notifications, writers committing
+// without pause cost about one per interval, and every commit that called
+// Notify is followed by a notification sent after that call, at most about
+// an interval and a round trip later. A notification that fails (the
 // server is down, the pool closed) is logged to Config.Logger and dropped:
 // it is a hint, and the relays' poll finds the events.
 //
@@ -54,8 +67,8 @@ func (s *Store) Notify() {
 	n := &s.notifier
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	n.pending = true
 	if n.done != nil {
-		n.pending = true
 		return
 	}
 	n.done = make(chan struct{})
@@ -63,9 +76,38 @@ func (s *Store) Notify() {
 }
 
 // sendNotifications sends until no Notify is owed one, then stops.
+//
+// Why pace them, and not only keep one in flight: on a fast server a
+// notification's round trip is about 0.1 ms, so writers committing without
+// pause kept one in flight all the time, and each is a transaction of its
+// own with a transaction ID. At 8 writers and ~7,000 commits/s that was
+// ~2,700 extra transactions a second and 4–10 % fewer commits; at one per
+// millisecond it is at most ~1,000 (docs/BENCHMARKS.md, run 5).
 func (s *Store) sendNotifications(done chan struct{}) {
 	n := &s.notifier
+	interval := s.cfg.NotifyInterval
 	for {
+		if interval > 0 {
+			n.mu.Lock()
+			wait := time.Until(n.due.Add(-interval))
+			n.mu.Unlock()
+			if wait > 0 {
+				// The calls that arrive while the sender waits set pending,
+				// which is still set: the notification below covers them.
+				// (A wait under a millisecond takes about one: Go's timers
+				// are that coarse on an idle process. The burst of two
+				// keeps such waits off the path of a modest commit rate.)
+				time.Sleep(wait)
+			}
+		}
+		n.mu.Lock()
+		// Cleared before the send: a Notify from now on may have committed
+		// after the notification was sent, so it is owed another.
+		n.pending = false
+		if interval > 0 {
+			n.due = later(n.due, time.Now()).Add(interval)
+		}
+		n.mu.Unlock()
 		s.sendNotification()
 		n.mu.Lock()
 		if !n.pending {
@@ -74,9 +116,15 @@ func (s *Store) sendNotifications(done chan struct{}) {
 			n.mu.Unlock()
 			return
 		}
-		n.pending = false
 		n.mu.Unlock()
 	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (s *Store) sendNotification() {

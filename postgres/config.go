@@ -62,6 +62,17 @@ type Config struct {
 	// Defaults to NotifyInTransaction.
 	Notify NotifyMode
 
+	// NotifyInterval paces NotifyAfterCommit's notifications at one per
+	// interval, with bursts of two: Notify calls that arrive faster are
+	// covered by one notification sent when its turn comes, so a commit's
+	// wake-up follows its Notify by at most about an interval plus a round
+	// trip. A shorter interval wakes relays sooner under a steady stream
+	// of commits; a longer one costs the database fewer notifying
+	// transactions (each takes a transaction ID). Defaults to
+	// DefaultNotifyInterval (1 ms). A negative value means no pacing: the
+	// next notification is sent as soon as the one in flight returns.
+	NotifyInterval time.Duration
+
 	// Channel is the LISTEN/NOTIFY channel. Defaults to "<Schema>.<Table>"
 	// (hashed when longer than 63 bytes), so tenants sharing a database do not
 	// wake each other's relays.
@@ -97,6 +108,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Channel == "" {
 		c.Channel = defaultChannel(c.Schema, c.Table)
+	}
+	if c.NotifyInterval == 0 {
+		c.NotifyInterval = DefaultNotifyInterval
 	}
 	if c.ListenBackoffMax == 0 {
 		c.ListenBackoffMax = 10 * time.Second

@@ -25,7 +25,8 @@ const (
 	// after its COMMIT by calling Store.Notify, or by writing through
 	// Store.InTx, which does. The notification then travels in a
 	// transaction of its own, coalesced per Store (a burst of commits costs
-	// one or two notifications), and writers keep group commit. A writer
+	// one or two notifications) and paced by Config.NotifyInterval, and
+	// writers keep group commit. A writer
 	// that commits and never calls Notify (or dies between its COMMIT and
 	// the notification) leaves its events to the relays' poll. Choose it
 	// when many writers commit concurrently.

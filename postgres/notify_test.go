@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -391,8 +392,17 @@ func TestNotifyCoalescesWhileOneIsInFlight(t *testing.T) {
 // counter orders the calls and the sends without looking at clocks.
 func TestNotifyFollowsTheLastCall(t *testing.T) {
 	t.Parallel()
+	for _, interval := range []time.Duration{0, -1} { // the default, and none
+		t.Run(fmt.Sprintf("interval=%v", interval), func(t *testing.T) {
+			t.Parallel()
+			testNotifyFollowsTheLastCall(t, interval)
+		})
+	}
+}
+
+func testNotifyFollowsTheLastCall(t *testing.T, interval time.Duration) {
 	db := newDB(t, 2)
-	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyAfterCommit})
+	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyAfterCommit, NotifyInterval: interval})
 
 	var ticks, sends, lastSend atomic.Int64
 	s.SetBeforeNotifyForTest(func() {
@@ -424,6 +434,59 @@ func TestNotifyFollowsTheLastCall(t *testing.T) {
 	}
 	if n := sends.Load(); n < 1 || n > goroutines*calls/10 {
 		t.Fatalf("%d Notify calls sent %d notifications, want between 1 and %d", goroutines*calls, n, goroutines*calls/10)
+	}
+}
+
+// Notifications are paced at one per NotifyInterval with bursts of two:
+// the first two calls, each after the previous notification arrived, are
+// notified at once; the calls after them are covered by one more, sent no
+// sooner than an interval after the first.
+func TestNotifyKeepsTheInterval(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	const interval = time.Second
+	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyAfterCommit, NotifyInterval: interval})
+	l := listenOn(t, db.pool, s.Config().Channel)
+
+	var mu sync.Mutex
+	var sentAt []time.Time
+	s.SetBeforeNotifyForTest(func() {
+		mu.Lock()
+		sentAt = append(sentAt, time.Now())
+		mu.Unlock()
+	})
+	start := time.Now() // before the first send, so before its interval began
+	for i := 0; i < 2; i++ {
+		s.Notify()
+		if got := l.next(t); got != "" {
+			t.Fatalf("notification %d has payload %q", i+1, got)
+		}
+	}
+	// Both notifications have been delivered: these calls come after them
+	// and must be followed by exactly one more.
+	for i := 0; i < 50; i++ {
+		s.Notify()
+	}
+	if got := l.next(t); got != "" {
+		t.Fatalf("the third notification has payload %q", got)
+	}
+	waitNotified(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sentAt) != 3 {
+		t.Fatalf("52 Notify calls sent %d notifications, want 3", len(sentAt))
+	}
+	if gap := sentAt[1].Sub(start); gap >= interval {
+		t.Fatalf("the second notification was sent %v after the first Notify, want at once (a burst of two)", gap)
+	}
+	if gap := sentAt[2].Sub(start); gap < interval {
+		t.Fatalf("the third notification was sent %v after the first Notify, want at least the interval %v", gap, interval)
+	}
+}
+
+func TestNotifyIntervalDefault(t *testing.T) {
+	if got := (postgres.Config{}).WithDefaults().NotifyInterval; got != postgres.DefaultNotifyInterval {
+		t.Fatalf("default NotifyInterval = %v, want %v", got, postgres.DefaultNotifyInterval)
 	}
 }
 

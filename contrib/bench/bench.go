@@ -323,7 +323,7 @@ func (b *bench) finish() {
 	for _, cas := range []string{caseAlone, caseEvent} {
 		r.ratio("write", cas, "outboxkit / pgbench", "tx/s", sysOutboxkit, sysPgbench)
 	}
-	for _, cas := range []string{caseAfter, caseNoNotify} {
+	for _, cas := range []string{caseAfter, caseUnpaced, caseNoNotify} {
 		r.ratioOf("write", "outboxkit / pgbench UPDATE + INSERT", "tx/s", cas, sysOutboxkit, caseEvent, sysPgbench)
 	}
 	r.ratioOf("write", "pgbench with NOTIFY / without", "tx/s", caseNotify, sysPgbench, caseEvent, sysPgbench)

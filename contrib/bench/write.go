@@ -34,6 +34,8 @@ type writeCase struct {
 	script string
 	event  bool
 	notify postgres.NotifyMode
+	// interval is the store's NotifyInterval (0: its default).
+	interval time.Duration
 }
 
 const (
@@ -42,6 +44,7 @@ const (
 	caseNoNotify = "UPDATE + event, NOTIFY off"
 	caseNotify   = "UPDATE + event + NOTIFY"
 	caseAfter    = "UPDATE + event, NotifyAfterCommit"
+	caseUnpaced  = "UPDATE + event, NotifyAfterCommit unpaced"
 )
 
 // writeCases returns the measurements of one repetition: each business
@@ -63,9 +66,11 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 	}
 	if b.o.extras {
 		// The store's default sends NOTIFY in the INSERT's statement; these
-		// two show what that costs on each side.
+		// two show what that costs on each side, and the third what pacing
+		// the after-commit notifications (Config.NotifyInterval) saves.
 		cases = append(cases,
 			writeCase{name: caseNoNotify, system: "outboxkit", event: true, notify: postgres.NotifyOff},
+			writeCase{name: caseUnpaced, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit, interval: -1},
 			writeCase{name: caseNotify, system: "pgbench", script: "BEGIN;\n" + update + "\nWITH ins AS (" + insert + ") SELECT pg_notify('" + channel + "', '');\nEND;\n"},
 		)
 	}
@@ -117,7 +122,7 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 		return 0, err
 	}
 	defer pool.Close()
-	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: c.notify})
+	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: c.notify, NotifyInterval: c.interval})
 	if err != nil {
 		return 0, err
 	}

@@ -66,7 +66,7 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 		Workloads: o.workloads, Events: o.events, Reps: o.reps, Batches: o.batches, Rates: o.rates,
 		LatencySeconds: o.latencyFor.Seconds(), WriteSeconds: o.writeFor.Seconds(), Writers: o.writers,
 		Procs: o.procs, ProcsBatch: o.procBatch, QStashBatch: o.qsBatch, QStashConc: o.qsConc,
-		PreloadMethod:   fmt.Sprintf("preloads by COPY in transactions of %d rows, then VACUUM ANALYZE", preloadChunk),
+		PreloadMethod:   fmt.Sprintf("preloads by COPY in transactions of %d rows, then VACUUM ANALYZE and CHECKPOINT", preloadChunk),
 		CommandLineArgs: os.Args[1:],
 	}}}
 	if o.verbose {

@@ -118,7 +118,9 @@ func outboxSchema(ctx context.Context, admin *pgxpool.Pool) (*schema, error) {
 
 // preloadOutbox writes n pending events into the outbox by COPY, in
 // transactions of preloadChunk rows, then VACUUM ANALYZE (autovacuum may be
-// off, and the planner must see the table as it is). It returns the IDs.
+// off, and the planner must see the table as it is) and CHECKPOINT (the
+// measurement that follows must not flush the preload's pages). It returns
+// the IDs.
 func preloadOutbox(ctx context.Context, s *schema, n int) ([]core.ID, error) {
 	ids := make([]core.ID, n)
 	for i := range ids {
@@ -145,6 +147,9 @@ func preloadOutbox(ctx context.Context, s *schema, n int) ([]core.ID, error) {
 	}
 	if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE "+s.table(postgres.DefaultTable)); err != nil {
 		return nil, fmt.Errorf("vacuum outbox: %w", err)
+	}
+	if _, err := s.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return nil, fmt.Errorf("checkpoint after the preload: %w", err)
 	}
 	return ids, nil
 }

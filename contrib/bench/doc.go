@@ -21,9 +21,10 @@
 //
 // Workloads (-workloads, comma-separated): drain, latency, write, qstash,
 // scaleout. Each trial creates its own schema (bench_<random>) and drops it
-// afterwards; nothing else in the database is touched, except that the
-// write workload runs CHECKPOINT before each measurement so every run starts
-// with the same amount of dirty data.
+// afterwards; nothing else in the database is touched, except that every
+// measurement starts after a CHECKPOINT (the write workload's before each
+// run, the others' after the preload), so none starts with dirty pages an
+// earlier step left for a timed checkpoint to flush in the middle of it.
 //
 // The scale-out workload starts relay processes by re-executing this program
 // with the hidden -role relay flag; each records (event ID, lease token) for

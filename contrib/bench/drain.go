@@ -311,7 +311,11 @@ func preloadWatermill(ctx context.Context, s *schema, n int) error {
 	if _, err := s.pool.Exec(ctx, `ALTER TABLE `+table+` ALTER COLUMN transaction_id DROP DEFAULT`); err != nil {
 		return err
 	}
-	_, err := s.pool.Exec(ctx, "VACUUM ANALYZE "+table)
+	if _, err := s.pool.Exec(ctx, "VACUUM ANALYZE "+table); err != nil {
+		return err
+	}
+	// As preloadOutbox does: the drain must not flush the preload's pages.
+	_, err := s.pool.Exec(ctx, "CHECKPOINT")
 	return err
 }
 

@@ -82,7 +82,7 @@ func (s *Store) Notify() {
 // pause kept one in flight all the time, and each is a transaction of its
 // own with a transaction ID. At 8 writers and ~7,000 commits/s that was
 // ~2,700 extra transactions a second and 4–10 % fewer commits; at one per
-// millisecond it is at most ~1,000 (docs/BENCHMARKS.md, run 5).
+// millisecond it is at most ~1,000 (docs/BENCHMARKS.md, "Run 6").
 func (s *Store) sendNotifications(done chan struct{}) {
 	n := &s.notifier
 	interval := s.cfg.NotifyInterval

@@ -104,10 +104,10 @@
 // transaction. A transaction that only notifies writes no WAL before its
 // commit record and holds the lock for microseconds. Measured with 8
 // writers each committing an UPDATE plus one event (docs/BENCHMARKS.md),
-// against pgbench committing the same UPDATE plus a plain INSERT (run 5):
-// in-transaction NOTIFY 0.66×, after-commit 0.98×, off 1.02×. After commit,
-// delivery at 1,000 events/s took p50 0.59 ms and p99 2.35 ms, against 0.34
-// and 0.94 ms in the transaction. Each after-commit notification is a
+// against pgbench committing the same UPDATE plus a plain INSERT (run 6):
+// in-transaction NOTIFY 0.67×, after-commit 0.94× (0.88× unpaced), off
+// 1.00×. After commit, delivery at 1,000 events/s took p50 0.58 ms and p99
+// 2.39 ms, against 0.35 and 1.19 ms in the transaction. Each after-commit notification is a
 // transaction with an ID of its own, which is why they are paced: unpaced,
 // writers at ~7,000 commits/s sent ~2,700 a second and committed 4–10 %
 // less.

@@ -18,10 +18,10 @@ const notifyTimeout = 5 * time.Second
 const DefaultNotifyInterval = time.Millisecond
 
 // afterCommit coalesces Store.Notify calls: at most one pg_notify is in
-// flight per Store, the next starts no sooner than Config.NotifyInterval
-// after it, and it covers every call that arrived meanwhile. The sender
-// goroutine exists only while there is something to send, so a Store needs
-// no Close.
+// flight per Store, the next covers every call that arrived meanwhile, and
+// they are paced at one per Config.NotifyInterval with bursts of two. The
+// sender goroutine exists only while there is something to send, so a
+// Store needs no Close.
 type afterCommit struct {
 	mu sync.Mutex
 	// done is non-nil while a sender runs, and closed when it stops.

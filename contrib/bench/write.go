@@ -70,8 +70,8 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 		// the after-commit notifications (Config.NotifyInterval) saves.
 		cases = append(cases,
 			writeCase{name: caseNoNotify, system: "outboxkit", event: true, notify: postgres.NotifyOff},
-			writeCase{name: caseUnpaced, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit, interval: -1},
 			writeCase{name: caseNotify, system: "pgbench", script: "BEGIN;\n" + update + "\nWITH ins AS (" + insert + ") SELECT pg_notify('" + channel + "', '');\nEND;\n"},
+			writeCase{name: caseUnpaced, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit, interval: -1},
 		)
 	}
 	return cases

@@ -90,10 +90,10 @@
 //     Store.Notify sends SELECT pg_notify in a transaction of its own,
 //     coalesced per Store (at most one in flight, the next covering the
 //     calls that arrive meanwhile) and paced at one per
-//     Config.NotifyInterval (1 ms) with bursts of two. Store.InTx commits and notifies;
-//     code that commits itself calls store.Notify() after Commit. A writer
-//     that dies between its COMMIT and the notification leaves its events
-//     to the poll.
+//     Config.NotifyInterval (1 ms) with bursts of two. Store.InTx commits
+//     and notifies; code that commits itself calls store.Notify() after
+//     Commit. A writer that dies between its COMMIT and the notification
+//     leaves its events to the poll.
 //   - NotifyOff: nothing is sent, Listen waits for its context without
 //     connecting, and relays poll.
 //
@@ -107,10 +107,10 @@
 // against pgbench committing the same UPDATE plus a plain INSERT (run 6):
 // in-transaction NOTIFY 0.67×, after-commit 0.94× (0.88× unpaced), off
 // 1.00×. After commit, delivery at 1,000 events/s took p50 0.58 ms and p99
-// 2.39 ms, against 0.35 and 1.19 ms in the transaction. Each after-commit notification is a
-// transaction with an ID of its own, which is why they are paced: unpaced,
-// writers at ~7,000 commits/s sent ~2,700 a second and committed 4–10 %
-// less.
+// 2.39 ms, against 0.35 and 1.19 ms in the transaction. Each after-commit
+// notification is a transaction with an ID of its own, which is why they
+// are paced: unpaced, writers at ~7,000 commits/s sent ~2,700 a second and
+// committed 4–10 % less.
 //
 // So: keep the default for modest write rates, or where code commits
 // without going through InTx and cannot be taught to call Notify; choose

@@ -32,7 +32,7 @@ type afterCommit struct {
 	pending bool
 	// due paces the notifications at one per Config.NotifyInterval (a
 	// generic cell rate algorithm): it is when the next would be sent at
-	// that rate. One may go out up to an interval before it, a burst of
+	// that rate. Only the sender goroutine touches it, without mu. One may go out up to an interval before it, a burst of
 	// two, so that commits arriving at about the interval's rate never
 	// wait on their own jitter.
 	due time.Time
@@ -87,26 +87,24 @@ func (s *Store) sendNotifications(done chan struct{}) {
 	n := &s.notifier
 	interval := s.cfg.NotifyInterval
 	for {
+		// due is the sender's own, without the lock: one sender runs at a
+		// time, and the next is started under the lock after this one
+		// has stopped.
+		if wait := time.Until(n.due.Add(-interval)); interval > 0 && wait > 0 {
+			// The calls that arrive while the sender waits set pending,
+			// which is still set: the notification below covers them.
+			// (A wait under a millisecond takes about one: Go's timers are
+			// that coarse on an idle process. The burst of two keeps such
+			// waits off the path of a modest commit rate.)
+			time.Sleep(wait)
+		}
 		if interval > 0 {
-			n.mu.Lock()
-			wait := time.Until(n.due.Add(-interval))
-			n.mu.Unlock()
-			if wait > 0 {
-				// The calls that arrive while the sender waits set pending,
-				// which is still set: the notification below covers them.
-				// (A wait under a millisecond takes about one: Go's timers
-				// are that coarse on an idle process. The burst of two
-				// keeps such waits off the path of a modest commit rate.)
-				time.Sleep(wait)
-			}
+			n.due = later(n.due, time.Now()).Add(interval)
 		}
 		n.mu.Lock()
 		// Cleared before the send: a Notify from now on may have committed
 		// after the notification was sent, so it is owed another.
 		n.pending = false
-		if interval > 0 {
-			n.due = later(n.due, time.Now()).Add(interval)
-		}
 		n.mu.Unlock()
 		s.sendNotification()
 		n.mu.Lock()

@@ -40,6 +40,14 @@
 // RelayConfig documents each knob and its default. The relay validates them at
 // construction; notably PublishTimeout must be shorter than LeaseDuration.
 //
+// Shutdown leaves nothing leased: when ctx ends, the relay stops claiming,
+// lets publishes in flight finish for up to ShutdownTimeout and settles
+// them, and releases at once whatever it cannot publish, including the batch
+// of a claim that was in flight (such a batch is released, not published).
+// Claims and settles run under a context that shutdown does not cancel,
+// bounded by LeaseDuration, because a claim cut short may have committed in
+// the database all the same.
+//
 // # Consumers
 //
 //	mux := core.NewMux()

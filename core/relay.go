@@ -74,8 +74,12 @@ func (r *Relay) Wake() {
 // Run relays events until ctx is done, then shuts down gracefully: it stops
 // claiming, lets in-flight publishes finish for up to ShutdownTimeout, then
 // cancels them and releases their events so another relay can take them at
-// once. It returns nil after a graceful shutdown. Run may be called once at a
-// time.
+// once. A batch whose claim was still running when ctx ended is released as
+// soon as the claim returns, without being published. Store calls are never
+// cut short by the shutdown (a claim cancelled after the database committed
+// it would leave its batch leased, with no one to release it); each is
+// bounded by LeaseDuration instead. It returns nil after a graceful shutdown.
+// Run may be called once at a time.
 func (r *Relay) Run(ctx context.Context) error {
 	r.runMu.Lock()
 	if r.running {
@@ -155,6 +159,10 @@ func (r *Relay) work(ctx, hardCtx context.Context) {
 // settled. It suits a relay run from a scheduler (a cron job, a serverless
 // function) rather than as a long-lived process. Events that fail are
 // scheduled for retry as usual and not retried within the same Drain.
+//
+// When ctx ends, Drain stops as Run does but with no grace period: it claims
+// nothing more, cancels the publish in flight and releases its events,
+// releases the batch of a claim that was in flight, and returns ctx's error.
 func (r *Relay) Drain(ctx context.Context) (int, error) {
 	return r.runBatches(ctx, ctx, false)
 }
@@ -179,15 +187,42 @@ func (r *Relay) now() time.Time {
 // next claim is due at once; a store that implements SettleClaimer gets the
 // settle of one batch and the claim of the next in one round trip. With
 // wakeOthers, a full batch also wakes an idle worker to join in.
+//
+// Once ctx is done it claims nothing more, and a batch whose claim was in
+// flight when ctx ended is released, not published: the claim ran under
+// storeContext, so it came back with its batch instead of being cut short
+// after the store had committed it.
 func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, error) {
-	batch, err := r.store.Claim(ctx, r.claimRequest())
-	if err != nil {
-		return 0, fmt.Errorf("claim batch: %w", err)
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	sc, pipelined := r.store.(SettleClaimer)
 	total := 0
 	var firstErr error
-	for len(batch.Events) > 0 {
+	fail := func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	batch, claimErr := r.claim(ctx)
+	for {
+		if claimErr != nil {
+			// A store should return no events with an error; if one does,
+			// its events must not wait out a lease no one will settle.
+			r.release(ctx, batch)
+			fail(fmt.Errorf("claim batch: %w", claimErr))
+			break
+		}
+		if len(batch.Events) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			// Shutdown began while the claim ran: hand the batch straight
+			// back, so its events are claimable at once.
+			r.release(ctx, batch)
+			fail(ctx.Err())
+			break
+		}
 		total += len(batch.Events)
 		full := len(batch.Events) == r.cfg.BatchSize
 		if full && wakeOthers {
@@ -196,24 +231,26 @@ func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, 
 		sreq, info := r.publishBatch(hardCtx, batch)
 
 		// Settle even when ctx is done, so a shutting-down relay records
-		// what it published; bound it by the lease, after which settling is
-		// moot.
-		settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
+		// what it published.
+		storeCtx, cancel := r.storeContext(ctx)
 		var next Batch
-		var claimErr error
+		claimErr = nil
 		more := full && ctx.Err() == nil
+		if full && !more {
+			fail(ctx.Err()) // stopped with events perhaps still due
+		}
 		switch {
 		case more && pipelined:
-			next, info.Err, claimErr = sc.SettleAndClaim(settleCtx, sreq, r.claimRequest())
+			next, info.Err, claimErr = sc.SettleAndClaim(storeCtx, sreq, r.claimRequest())
 		case more:
-			if info.Err = r.store.Settle(settleCtx, sreq); info.Err == nil || errors.Is(info.Err, ErrLeaseLost) {
-				next, claimErr = r.store.Claim(ctx, r.claimRequest())
+			if info.Err = r.store.Settle(storeCtx, sreq); info.Err == nil || errors.Is(info.Err, ErrLeaseLost) {
+				next, claimErr = r.store.Claim(storeCtx, r.claimRequest())
 			}
 		default:
-			info.Err = r.store.Settle(settleCtx, sreq)
+			info.Err = r.store.Settle(storeCtx, sreq)
 		}
 		for _, h := range r.cfg.Hooks {
-			h.AfterSettle(settleCtx, info)
+			h.AfterSettle(storeCtx, info)
 		}
 		cancel()
 
@@ -222,25 +259,31 @@ func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, 
 		case errors.Is(info.Err, ErrLeaseLost):
 			// Another relay owns these events now; it will settle them.
 			r.log.Warn("outbox lease lost before settling; events will be published again", "error", info.Err)
-		case firstErr == nil:
+		default:
 			// The events stay leased until the lease expires, then are
 			// published again: at-least-once, never lost.
-			firstErr = fmt.Errorf("settle batch: %w", info.Err)
-		}
-		if claimErr != nil {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("claim batch: %w", claimErr)
-			}
-			break
-		}
-		if len(next.Events) > 0 && ctx.Err() != nil {
-			// Claimed while shutting down: hand the batch straight back.
-			r.release(ctx, next)
-			break
+			fail(fmt.Errorf("settle batch: %w", info.Err))
 		}
 		batch = next
 	}
 	return total, firstErr
+}
+
+// storeContext returns the context of a store call (claim, settle, release).
+// It is detached from ctx's cancellation: a claim cut short by a shutdown
+// may have committed in the database all the same, and then its batch would
+// stay leased, with no one left to release it, for a whole lease. It is
+// bounded by the lease instead, after which whatever the call leased is
+// claimable again and settling it is moot.
+func (r *Relay) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
+}
+
+// claim claims a batch under storeContext.
+func (r *Relay) claim(ctx context.Context) (Batch, error) {
+	claimCtx, cancel := r.storeContext(ctx)
+	defer cancel()
+	return r.store.Claim(claimCtx, r.claimRequest())
 }
 
 // publishBatch publishes a claimed batch and decides each event's outcome.
@@ -306,11 +349,14 @@ func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleReques
 
 // release gives a claimed batch back untouched.
 func (r *Relay) release(ctx context.Context, b Batch) {
+	if len(b.Events) == 0 {
+		return
+	}
 	outcomes := make([]Outcome, len(b.Events))
 	for i, e := range b.Events {
 		outcomes[i] = Outcome{ID: e.ID, Kind: Released}
 	}
-	settleCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseDuration)
+	settleCtx, cancel := r.storeContext(ctx)
 	defer cancel()
 	if err := r.store.Settle(settleCtx, SettleRequest{Lease: b.Lease, Outcomes: outcomes, Now: r.now()}); err != nil {
 		r.log.Warn("outbox relay could not release a batch; it is claimable again when its lease expires", "error", err)

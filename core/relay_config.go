@@ -27,7 +27,10 @@ type RelayConfig struct {
 	PollInterval time.Duration
 	// ShutdownTimeout is how long Run, once its context is done, lets
 	// in-flight publishes finish before cancelling them and releasing their
-	// events. Defaults to 10s; a negative value cancels them at once.
+	// events. Defaults to 10s; a negative value cancels them at once. It
+	// bounds publishes only: claims, settles and releases in flight are let
+	// finish (each within LeaseDuration), so that every batch a claim leased
+	// is settled or released rather than left leased for a whole lease.
 	ShutdownTimeout time.Duration
 	// Destination, when set, dedicates the relay to events with this
 	// Destination (see ClaimRequest.Destination). Defaults to all events.

@@ -61,6 +61,19 @@ func TestFaults(t *testing.T, newStore StoreFactory, opts FaultOptions) {
 		h.check(t, 0)
 	})
 
+	t.Run("ShutdownDuringClaim", func(t *testing.T) {
+		h := newFaultHarness(t, newStore, opts)
+		for i := 0; i < 3; i++ {
+			// The relay is told to stop while its claim is in flight: the
+			// claim commits, and the relay must hand the batch back at once
+			// rather than leave it leased until the lease expires.
+			h.shutdownDuringClaim()
+		}
+		// No clock movement: a batch left under its lease is never drained.
+		h.drain()
+		h.check(t, 0)
+	})
+
 	t.Run("TransportOutage", func(t *testing.T) {
 		h := newFaultHarness(t, newStore, opts)
 		h.transport.setDown(true) // 5xx storm: every publish fails
@@ -183,6 +196,22 @@ func (h *faultHarness) crashAfterPublish() {
 	h.crashes++
 }
 
+// shutdownDuringClaim runs a Drain whose context is cancelled from inside
+// its first claim, after the store committed it.
+func (h *faultHarness) shutdownDuringClaim() {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h.store.cancelDuringNextClaim(cancel)
+	n, err := h.relay.Drain(ctx)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		h.t.Fatalf("Drain cancelled during its claim: %v", err)
+	}
+	if n != 0 {
+		h.t.Fatalf("Drain cancelled during its claim settled %d events, want 0", n)
+	}
+}
+
 func (h *faultHarness) crashAfterClaim() {
 	h.claim()
 	h.crashes++
@@ -230,11 +259,38 @@ func (h *faultHarness) check(t *testing.T, maxRedeliveries int, poisoned ...core
 var errInjected = errors.New("coretest: injected fault")
 
 // faultyStore fails the next n Settle calls without applying them, as a
-// database connection lost at the wrong moment would.
+// database connection lost at the wrong moment would, and can cancel a
+// relay's context in the middle of a claim.
 type faultyStore struct {
 	core.Store
 	mu       sync.Mutex
 	failNext int
+	cancel   func()
+}
+
+// cancelDuringNextClaim makes the next Claim call cancel, then claim, then
+// answer as a database client does when its context was cancelled while the
+// server committed: with the context's error and without the batch.
+func (s *faultyStore) cancelDuringNextClaim(cancel func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancel = cancel
+}
+
+func (s *faultyStore) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.cancel = nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return s.Store.Claim(ctx, req)
+	}
+	cancel()
+	b, err := s.Store.Claim(context.WithoutCancel(ctx), req)
+	if err == nil && ctx.Err() != nil {
+		return core.Batch{}, ctx.Err()
+	}
+	return b, err
 }
 
 func (s *faultyStore) failSettles(n int) {

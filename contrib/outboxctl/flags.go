@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/outboxkit/internal/duration"
 )
 
 // flagSet is a flag.FlagSet with the text its --help prints.
@@ -140,12 +142,13 @@ func (l *listFlag) Set(s string) error {
 
 // durationFlag is a time.Duration flag that also accepts days ("7d",
 // "1d12h"), since retention and alert thresholds are usually counted in
-// days and time.ParseDuration stops at hours.
+// days and time.ParseDuration stops at hours. internal/duration parses it,
+// refusing negative values and values too long to represent.
 type durationFlag struct{ d *time.Duration }
 
 func newDurationFlag(fs *flagSet, p *time.Duration, name string, def time.Duration, usage string) {
 	*p = def
-	fs.Var(durationFlag{p}, name, usage)
+	fs.Var(durationFlag{d: p}, name, usage)
 }
 
 func (f durationFlag) String() string {
@@ -156,7 +159,11 @@ func (f durationFlag) String() string {
 }
 
 func (f durationFlag) Set(s string) error {
-	d, err := parseDuration(s)
+	d, err := duration.Parse(s)
+	if de := (*duration.Error)(nil); errors.As(err, &de) {
+		// The flag package quotes the value already.
+		return errors.New(de.Reason())
+	}
 	if err != nil {
 		return err
 	}
@@ -166,32 +173,6 @@ func (f durationFlag) Set(s string) error {
 
 // Type names the value in --help.
 func (durationFlag) Type() string { return "duration" }
-
-// parseDuration reads a Go duration, optionally preceded by a whole number
-// of days: "90s", "15m", "36h", "7d", "1d12h".
-func parseDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	var days time.Duration
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.Atoi(s[:i])
-		if err != nil || n < 0 {
-			return 0, fmt.Errorf("%q is not a duration such as 90s, 15m, 36h or 7d", s)
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		s = s[i+1:]
-		if s == "" {
-			return days, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration such as 90s, 15m, 36h or 7d", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	return days + d, nil
-}
 
 // formatDuration prints d rounded for humans: whole days as "Nd", otherwise
 // Go's format rounded to what matters at that scale.

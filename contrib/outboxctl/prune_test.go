@@ -97,3 +97,25 @@ func TestPruneProcessed(t *testing.T) {
 	r = cli(t, env(), o.args("prune", "--older-than", "30d", "--processed-older-than", "7d")...)
 	wantOneLineError(t, r, exitError, "--processed")
 }
+
+// TestPruneRefusesOverflowingAge: a day count past what a time.Duration
+// holds used to wrap around, so "213504d1h" (centuries) pruned everything
+// published more than 1h25m ago and "106752d" turned negative, a cutoff in
+// the future. Both must be refused, deleting nothing.
+func TestPruneRefusesOverflowingAge(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	e := event(t, "old", "", "")
+	o.add(t, e)
+	o.settle(t, func(core.Event) core.OutcomeKind { return core.Published }, "")
+	o.exec(t, "UPDATE "+o.table()+" SET published_at = now() - interval '2 hours'")
+	for _, age := range []string{"213504d1h", "106752d", "-1h"} {
+		r := cli(t, env(), o.args("prune", "--older-than", age)...)
+		wantOneLineError(t, r, exitError, "--older-than", age)
+		if n := o.count(t, "true"); n != 1 {
+			t.Fatalf("prune --older-than %s deleted events: %d left", age, n)
+		}
+	}
+	r := cli(t, env(), o.args("prune", "--older-than", "213504d1h")...)
+	wantOneLineError(t, r, exitError, "out of range")
+}

@@ -44,13 +44,15 @@ func TestParseDuration(t *testing.T) {
 		"90s": 90 * time.Second, "15m": 15 * time.Minute, "36h": 36 * time.Hour,
 		"7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "0": 0,
 	} {
-		if got, err := parseDuration(in); err != nil || got != want {
-			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		var got time.Duration
+		if err := (durationFlag{&got}).Set(in); err != nil || got != want {
+			t.Errorf("duration flag %q = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "7 days", "d", "-1h", "1.5d", "xd"} {
-		if _, err := parseDuration(bad); err == nil {
-			t.Errorf("parseDuration(%q) accepted", bad)
+	for _, bad := range []string{"", "7 days", "d", "-1h", "1.5d", "xd", "213504d1h", "106752d"} {
+		got := time.Duration(42)
+		if err := (durationFlag{&got}).Set(bad); err == nil || got != 42 {
+			t.Errorf("duration flag %q accepted (%v)", bad, got)
 		}
 	}
 	for d, want := range map[time.Duration]string{2 * time.Hour: "2h", 90 * time.Minute: "1h30m", 7 * 24 * time.Hour: "7d", 1500 * time.Millisecond: "1.5s"} {

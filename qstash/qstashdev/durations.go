@@ -1,51 +1,22 @@
 package qstashdev
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/outboxkit/internal/duration"
 )
 
 // parseQStashDuration parses Upstash-Delay and Upstash-Timeout values: Go
 // durations extended with a "d" (24h) unit, such as "10s" or "1d10h30m", or a
-// bare integer meaning seconds.
+// bare integer meaning seconds. internal/duration is the one parser of that
+// grammar; it refuses negative values and values too long to represent.
 func parseQStashDuration(s string) (time.Duration, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return 0, errors.New("empty duration")
-	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if n < 0 || n > int64(maxDuration/time.Second) {
-			return 0, fmt.Errorf("duration %q is out of range", s)
-		}
-		return time.Duration(n) * time.Second, nil
-	}
-	var days time.Duration
-	if i := strings.IndexByte(s, 'd'); i > 0 {
-		n, err := strconv.ParseInt(s[:i], 10, 64)
-		if err != nil || n < 0 || n > 365*100 {
-			return 0, fmt.Errorf("duration %q: bad day count", s)
-		}
-		days = time.Duration(n) * 24 * time.Hour
-		s = s[i+1:]
-		if s == "" {
-			return days, nil
-		}
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("duration %q: use a form like 10s, 1m30s or 1d10h30m", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("duration %q is negative", s)
-	}
-	return days + d, nil
+	return duration.ParseOrSeconds(s)
 }
-
-const maxDuration = time.Duration(1<<63 - 1)
 
 // maxRetryAfter is the longest retry hint honoured; QStash ignores longer
 // ones and falls back to its own backoff.

@@ -30,8 +30,10 @@ type Target struct {
 }
 
 // ParseTarget reads a destination string the way Event.Destination is read:
-// an absolute http:// or https:// URL is a URL, anything else names a URL
-// group.
+// an absolute http:// or https:// URL is a URL, anything else must be a URL
+// group name (letters, digits, '-', '_' and '.', as QStash allows). Other
+// schemes (javascript:, ftp://, ...) and anything that would change the API
+// path are refused.
 func ParseTarget(s string) (Target, error) {
 	var t Target
 	if hasHTTPScheme(s) {
@@ -39,7 +41,13 @@ func ParseTarget(s string) (Target, error) {
 	} else {
 		t.URLGroup = s
 	}
-	return t, t.validate()
+	if err := t.validate(); err != nil {
+		if t.URLGroup != "" && strings.Contains(s, ":") {
+			return Target{}, fmt.Errorf("destination %q is neither an absolute http(s) URL nor a URL group name: %w", truncate(s), err)
+		}
+		return Target{}, err
+	}
+	return t, nil
 }
 
 // IsZero reports whether t names no destination.
@@ -109,18 +117,30 @@ func validateURL(s string) error {
 	return nil
 }
 
-// validateName checks a queue or URL group name. Both travel as path
-// segments, so they must not contain characters that would change the path.
+// maxNameLen bounds queue and URL group names. QStash documents no limit;
+// this one keeps a runaway value out of every request path.
+const maxNameLen = 255
+
+// validateName checks a queue or URL group name against the characters
+// QStash allows in them: "URL Group names are restricted to alphanumeric,
+// underscore, hyphen and dot characters" (Upstash, "Create URL Groups and
+// Endpoints"); qstashdev applies the same rule to queues. Names travel as
+// path segments of the API request (/v2/publish/<group>,
+// /v2/enqueue/<queue>/...), so "." and "..", which a proxy would resolve as
+// dot-segments, are refused too.
 func validateName(kind, s string) error {
-	if s == "" {
-		return fmt.Errorf("%s name is empty", kind)
-	}
-	if len(s) > 255 {
-		return fmt.Errorf("%s name is %d bytes long: the limit is 255", kind, len(s))
+	const allowed = "use only letters, digits, '-', '_' and '.'"
+	switch {
+	case s == "":
+		return fmt.Errorf("%s name is empty: %s", kind, allowed)
+	case len(s) > maxNameLen:
+		return fmt.Errorf("%s name is %d bytes long: the limit is %d (%s)", kind, len(s), maxNameLen, allowed)
+	case strings.Trim(s, ".") == "":
+		return fmt.Errorf("%s name %q is a path dot-segment: %s, and not only dots", kind, s, allowed)
 	}
 	for _, r := range s {
-		if r <= ' ' || r == 0x7f || strings.ContainsRune("/?#%\\", r) {
-			return fmt.Errorf("%s name %q must not contain spaces, control characters or any of / ? # %% \\", kind, s)
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("%s name %q contains %q, which QStash does not allow: %s", kind, truncate(s), r, allowed)
 		}
 	}
 	return nil

@@ -54,8 +54,16 @@
 //	mux.RegisterFunc("order.confirmed", confirmOrder)
 //	h := core.ChainHandler(mux, core.Recover(), core.Idempotent(deduper, "billing"))
 //
-// A Mux answers an unknown event type with a permanent error
-// (ErrUnknownEventType), so the transport dead-letters it instead of retrying.
+// A Mux answers an event type it has no handler for with an error matching
+// ErrUnknownEventType. In a rolling deploy a producer ships a new type
+// before every consumer has its handler, so by default that error is
+// transient (the transport redelivers) for DefaultUnknownTypeRetry, an hour,
+// after the event's CreatedAt, and permanent (the transport dead-letters)
+// after it; an event with no CreatedAt is dead-lettered at once. Options
+// change the window (RetryUnknownTypesFor), dead-letter at once
+// (DeadLetterUnknownTypes) or never (RetryUnknownTypesForever):
+//
+//	mux := core.NewMux(core.RetryUnknownTypesFor(6 * time.Hour))
 //
 // # Wire format
 //

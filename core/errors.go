@@ -19,8 +19,9 @@ var (
 	// lease token no longer matches: the lease expired and another relay (or a
 	// replay) took the rows over. The caller must not retry the settle.
 	ErrLeaseLost = errors.New("outboxkit: lease lost")
-	// ErrUnknownEventType is returned (as a permanent error) by a Mux that has no
-	// handler for an event's type.
+	// ErrUnknownEventType is matched by the error a Mux returns for an event
+	// type it has no handler for: transient while the Mux's unknown-type retry
+	// window is open, permanent after it (see Mux).
 	ErrUnknownEventType = errors.New("outboxkit: no handler for event type")
 	// ErrUnsupported is matched when an adapter lacks an optional capability
 	// a request asks for.

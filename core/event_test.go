@@ -126,32 +126,6 @@ func TestEventFromMalformedHeaders(t *testing.T) {
 	}
 }
 
-func TestMuxRoutesAndRejectsUnknownTypes(t *testing.T) {
-	mux := core.NewMux()
-	var got []string
-	mux.RegisterFunc("a", func(_ context.Context, e core.Event) error { got = append(got, "a:"+e.Type); return nil })
-	mux.Use(func(next core.Handler) core.Handler {
-		return core.HandlerFunc(func(ctx context.Context, e core.Event) error { got = append(got, "mw"); return next.Handle(ctx, e) })
-	})
-	ctx := context.Background()
-	if err := mux.Handle(ctx, core.Event{Type: "a"}); err != nil {
-		t.Fatal(err)
-	}
-	err := mux.Handle(ctx, core.Event{Type: "zzz"})
-	if !errors.Is(err, core.ErrUnknownEventType) || !core.IsPermanent(err) {
-		t.Fatalf("unknown type: err = %v, want a permanent ErrUnknownEventType", err)
-	}
-	if strings.Join(got, ",") != "mw,a:a" {
-		t.Fatalf("calls = %v", got)
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("duplicate registration did not panic")
-		}
-	}()
-	mux.RegisterFunc("a", func(context.Context, core.Event) error { return nil })
-}
-
 func TestRecoverTurnsPanicIntoError(t *testing.T) {
 	h := core.ChainHandler(core.HandlerFunc(func(context.Context, core.Event) error { panic("boom") }), core.Recover())
 	var pe *core.PanicError

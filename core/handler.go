@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
-	"sync"
 )
 
 // Handler applies an event's effect on the consumer side. Return nil once the
@@ -29,70 +28,6 @@ func ChainHandler(h Handler, mws ...HandlerMiddleware) Handler {
 		h = mws[i](h)
 	}
 	return h
-}
-
-// Mux routes events to handlers by their type. An event whose type has no
-// handler fails with a permanent error matching ErrUnknownEventType: retrying
-// cannot make a handler appear, so the transport should dead-letter it.
-//
-// A Mux is safe for concurrent use; register handlers before serving.
-type Mux struct {
-	mu       sync.RWMutex
-	handlers map[string]Handler
-	mws      []HandlerMiddleware
-	fallback Handler
-}
-
-// NewMux returns an empty Mux.
-func NewMux() *Mux { return &Mux{handlers: make(map[string]Handler)} }
-
-// Register routes eventType to h. It panics if eventType is empty or already
-// registered, as http.ServeMux does, because both are programming errors.
-func (m *Mux) Register(eventType string, h Handler) {
-	if eventType == "" || h == nil {
-		panic("outboxkit: Mux.Register needs an event type and a handler")
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, dup := m.handlers[eventType]; dup {
-		panic(fmt.Sprintf("outboxkit: Mux already has a handler for %q", eventType))
-	}
-	m.handlers[eventType] = h
-}
-
-// RegisterFunc routes eventType to f.
-func (m *Mux) RegisterFunc(eventType string, f func(ctx context.Context, e Event) error) {
-	m.Register(eventType, HandlerFunc(f))
-}
-
-// Fallback sets the handler for types with no handler of their own, instead
-// of failing them.
-func (m *Mux) Fallback(h Handler) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.fallback = h
-}
-
-// Use adds middleware that wraps every routed handler (not unknown types).
-func (m *Mux) Use(mws ...HandlerMiddleware) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.mws = append(m.mws, mws...)
-}
-
-// Handle routes e to its handler, so a *Mux is itself a Handler.
-func (m *Mux) Handle(ctx context.Context, e Event) error {
-	m.mu.RLock()
-	h, ok := m.handlers[e.Type]
-	if !ok {
-		h = m.fallback
-	}
-	mws := m.mws
-	m.mu.RUnlock()
-	if h == nil {
-		return Permanent(fmt.Errorf("%w %q", ErrUnknownEventType, e.Type))
-	}
-	return ChainHandler(h, mws...).Handle(ctx, e)
 }
 
 // ApplyOnce runs h for e through d under the key (consumer, e.ID), so the

@@ -27,13 +27,25 @@ const (
 // events carry deduplication IDs, so publishing them again is harmless.
 var ErrUnexpectedResponse = errors.New("qstash: unexpected response")
 
+// ErrConfiguration is matched by errors that the publisher's configuration
+// causes, not the event: QStash refusing the token (401, 403), a
+// destination, URL group or queue it does not know or accept (400, 404), a
+// BaseURL that is not the QStash API (404, 405), a plan limit (412), and
+// events no route sends anywhere. They are transient, so the relay keeps
+// the events pending (where the oldest-pending-age alert finds them) while
+// an operator fixes the cause, instead of dead-lettering the whole outbox
+// within seconds; their text names the cause and the fix.
+var ErrConfiguration = errors.New("qstash: the publisher's configuration is refused")
+
 // APIError is an error answered by the QStash API. Inspect it with errors.As:
 //
 //	var apiErr *qstash.APIError
 //	if errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusUnauthorized { ... }
 //
-// The publisher wraps it with core.Permanent for 4xx answers other than 429,
-// and with core.RetryAfter when the server announced when to come back.
+// The publisher wraps it with core.Permanent only when the event itself is
+// refused (it is larger than the plan allows), and with core.RetryAfter when
+// the server announced when to come back. Errors about the configuration
+// match ErrConfiguration.
 type APIError struct {
 	// StatusCode is the HTTP status of the response that carried the error.
 	// For an error element of a batch answer it is the batch's own (2xx)
@@ -46,13 +58,17 @@ type APIError struct {
 	// the others, the position of its event among those passed to Publish;
 	// -1 for an error that concerns the whole request.
 	Index int
+	// Destination is the target of the refused message (Target.String), or
+	// "" for a batch request refused as a whole.
+	Destination string
 	// RetryAfter is the delay the server asked for (429 or 5xx with
 	// RateLimit-Reset, Burst-RateLimit-Reset or Retry-After), zero if none.
 	RetryAfter time.Duration
 }
 
-// Error says the status (or batch position), QStash's message and any retry
-// hint.
+// Error says the status (or batch position), the destination, QStash's
+// message, any retry hint, and — for refusals a person must act on — who
+// can fix it and how.
 func (e *APIError) Error() string {
 	var b strings.Builder
 	b.WriteString("qstash: ")
@@ -61,6 +77,11 @@ func (e *APIError) Error() string {
 	} else {
 		fmt.Fprintf(&b, "%d %s", e.StatusCode, http.StatusText(e.StatusCode))
 	}
+	if e.Destination != "" {
+		b.WriteString(" (destination ")
+		b.WriteString(e.Destination)
+		b.WriteByte(')')
+	}
 	if e.Message != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Message)
@@ -68,26 +89,115 @@ func (e *APIError) Error() string {
 	if e.RetryAfter > 0 {
 		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
 	}
+	if h := e.hint(); h != "" {
+		b.WriteString(" — ")
+		b.WriteString(h)
+	}
 	return b.String()
 }
 
-// Temporary reports whether retrying may succeed: 429, 5xx and other
-// non-4xx statuses, and the 4xx that speak of the account rather than the
-// message — 401/403 (a wrong or revoked token) and 412 (a queue or
-// parallelism limit). Treating those as permanent would dead-letter every
-// event while an operator fixes a credential; as transient errors they keep
-// events pending, where the oldest-pending-age alert finds them. It mirrors
-// the classification the publisher applies.
-func (e *APIError) Temporary() bool {
+// Is makes errors.Is(err, ErrConfiguration) true for refusals caused by the
+// configuration.
+func (e *APIError) Is(target error) bool {
+	return target == ErrConfiguration && e.cause() == causeConfig
+}
+
+// Temporary reports whether retrying may succeed: everything except a
+// refusal of the event itself (a message larger than the plan allows). That
+// includes the 4xx answers caused by the configuration (see
+// ErrConfiguration): treating those as permanent would dead-letter every
+// event while an operator fixes a credential or a URL group; as transient
+// errors they keep events pending. It mirrors the classification the
+// publisher applies.
+func (e *APIError) Temporary() bool { return e.cause() != causeEvent }
+
+// cause says who can make a refused request succeed.
+type cause int
+
+const (
+	causeTransport cause = iota // QStash or the network: 3xx, 408, 429, 5xx
+	causeConfig                 // an operator: token, destination, options, plan
+	causeEvent                  // nobody: the event itself is refused
+)
+
+func (e *APIError) cause() cause {
 	if e.Index >= 0 {
-		return false
+		// A batch element is refused for what differs between elements: its
+		// destination and its body. Only the body is the event's fault.
+		if refusesSize(e.Message) {
+			return causeEvent
+		}
+		return causeConfig
 	}
-	switch e.StatusCode {
-	case http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden, http.StatusPreconditionFailed:
+	switch s := e.StatusCode; {
+	case s == http.StatusRequestEntityTooLarge:
+		return causeEvent
+	case s == http.StatusBadRequest && refusesSize(e.Message):
+		return causeEvent
+	case s == http.StatusRequestTimeout || s == http.StatusTooManyRequests:
+		return causeTransport
+	case s >= 400 && s < 500:
+		// QStash's 4xx speak of the request's validity, the account, the
+		// destination or the options: everything the publisher sends but
+		// the payload, which QStash never inspects beyond its size.
+		return causeConfig
+	}
+	return causeTransport
+}
+
+// refusesSize reports whether a QStash error text blames the message's
+// size, the one property of an event QStash checks. The wording is not
+// documented, so it is matched loosely; an unrecognised refusal counts as
+// configuration, which retries (bounded by the relay's MaxAttempts) rather
+// than dead-lettering on a guess.
+func refusesSize(msg string) bool {
+	m := strings.ToLower(msg)
+	if strings.Contains(m, "too large") || strings.Contains(m, "too big") || strings.Contains(m, "larger than") {
 		return true
 	}
-	return e.StatusCode < 400 || e.StatusCode >= 500
+	return strings.Contains(m, "exceed") && (strings.Contains(m, "size") || strings.Contains(m, "byte") || strings.Contains(m, "mb"))
 }
+
+// pendingUntilFixed ends every configuration hint: it tells the operator
+// reading the relay's warning that nothing was lost.
+const pendingUntilFixed = "the events stay pending, not dead-lettered, until it is fixed"
+
+// hint names the cause and the fix of a refusal a person must act on.
+func (e *APIError) hint() string {
+	switch e.cause() {
+	case causeEvent:
+		return "the event itself is refused (larger than the QStash plan allows): it is dead-lettered; shrink the payload or raise the plan's message size, then replay it"
+	case causeTransport:
+		return ""
+	}
+	if e.Index >= 0 {
+		return "configuration: QStash refused this message's destination or options; check the URL group or URL in PublisherConfig.Destination, Routes or Event.Destination, and the message options; " + pendingUntilFixed
+	}
+	switch e.StatusCode {
+	case http.StatusUnauthorized:
+		return "configuration: QStash refused the token; set PublisherConfig.Token to the QSTASH_TOKEN of this QStash region (Upstash console → QStash); " + pendingUntilFixed
+	case http.StatusForbidden:
+		return "configuration: the token may not publish (a read-only token?); set PublisherConfig.Token to the QSTASH_TOKEN from the Upstash console; " + pendingUntilFixed
+	case http.StatusNotFound:
+		return "configuration: QStash knows no such URL group or queue, or PublisherConfig.BaseURL is not the QStash API; create the URL group (Upstash console → URL Groups) or fix the name in Destination, Routes or Event.Destination, and check BaseURL; " + pendingUntilFixed
+	case http.StatusMethodNotAllowed:
+		return "configuration: PublisherConfig.BaseURL does not point at the QStash API (https://qstash.upstash.io, or a qstashdev address); " + pendingUntilFixed
+	case http.StatusPreconditionFailed:
+		return "configuration: a queue or parallelism limit of the QStash plan is reached; raise it, or lower FlowControl.Parallelism or the number of queues; " + pendingUntilFixed
+	case http.StatusBadRequest:
+		return "configuration: QStash refused the request as invalid; check the destination (an absolute http(s) URL QStash can reach, or an existing URL group) in PublisherConfig.Destination, Routes or Event.Destination, and the options RetryDelay, Timeout, Delay, Callback, FailureCallback, FlowControl and Label; " + pendingUntilFixed
+	}
+	return "configuration: QStash refused the request; check PublisherConfig (BaseURL, Token, Destination, Routes and the message options); " + pendingUntilFixed
+}
+
+// misconfigured marks an error the publisher's own configuration causes
+// before any request (no route for an event, a Route function returning an
+// invalid target): transient, matching ErrConfiguration.
+type misconfigured struct{ err error }
+
+func (e *misconfigured) Error() string        { return e.err.Error() + " — " + pendingUntilFixed }
+func (e *misconfigured) Unwrap() error        { return e.err }
+func (e *misconfigured) Is(target error) bool { return target == ErrConfiguration }
 
 // classify wraps an *APIError the way core expects: permanent when retrying
 // cannot help, with a retry hint when the server gave one.
@@ -107,11 +217,12 @@ func drainClose(body io.ReadCloser) {
 	_ = body.Close()
 }
 
-// errorFromResponse turns a non-2xx response into a classified error. It reads
+// errorFromResponse turns a non-2xx response to a request for dest ("" for a
+// batch) into a classified error. It reads
 // at most maxErrorBodyBytes of the body; the caller still closes it.
-func errorFromResponse(resp *http.Response, now time.Time) error {
+func errorFromResponse(resp *http.Response, dest string, now time.Time) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
-	e := &APIError{StatusCode: resp.StatusCode, Message: errorMessage(raw), Index: -1}
+	e := &APIError{StatusCode: resp.StatusCode, Message: errorMessage(raw), Index: -1, Destination: dest}
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500 {
 		e.RetryAfter = retryAfter(resp.Header, now)
 	}

@@ -39,18 +39,31 @@
 // fallback.
 //
 // Errors follow core's conventions so the relay retries what can succeed and
-// dead-letters what cannot. Publish returns a *core.BatchError aligned with
-// its input when QStash refused only some messages of a batch.
+// dead-letters only what cannot: an event is dead-lettered for what the
+// event itself is, never for the publisher's configuration. Publish returns
+// a *core.BatchError aligned with its input when QStash refused only some
+// messages of a batch.
 //
-//	Answer or failure                      Error                                  Relay
-//	2xx (including 202 "deduplicated")     nil                                    published
-//	batch element {"error": ...}           core.Permanent(*APIError, Index set)   dead-letter
-//	4xx other than 401, 403, 412, 429      core.Permanent(*APIError)              dead-letter
-//	401, 403 (token), 412 (queue limit)    *APIError                              retry (fix the account)
-//	429                                    core.RetryAfter(*APIError, reset)      retry, not before reset
-//	5xx, 3xx                               *APIError (RetryAfter if announced)    retry
-//	network error, ctx done                wrapped error                          retry
-//	no route, unsendable header            core.Permanent(...)                    dead-letter
+//	Answer or failure                        Error                                  Relay
+//	2xx (including 202 "deduplicated")       nil                                    published
+//	413, or 400/batch element about size     core.Permanent(*APIError)              dead-letter
+//	  (a 413 for a whole batch: each event is sent again on its own)
+//	400, 404, 405 (destination, URL group,   *APIError matching ErrConfiguration    retry (fix the configuration)
+//	  queue, options, BaseURL), other batch
+//	  element errors
+//	401, 403 (token), 412 (plan limit)       *APIError matching ErrConfiguration    retry (fix the account)
+//	429                                      core.RetryAfter(*APIError, reset)      retry, not before reset
+//	5xx, 3xx, 408                            *APIError (RetryAfter if announced)    retry
+//	network error, ctx done                  wrapped error                          retry
+//	no route for the event                   ErrNoRoute, matching ErrConfiguration  retry (add a route)
+//	invalid Event.Destination, unsendable    core.Permanent(...)                    dead-letter
+//	  header
+//
+// A configuration error's text says what to fix ("QStash knows no such URL
+// group or queue, or PublisherConfig.BaseURL is not the QStash API; ...; the
+// events stay pending, not dead-lettered, until it is fixed"), so the
+// relay's warning is enough to act on. They are retried with the relay's
+// backoff and still count towards RetryPolicy.MaxAttempts.
 //
 // The reset of a 429 is read from RateLimit-Reset (daily quota) or
 // Burst-RateLimit-Reset (unix seconds), or Retry-After.

@@ -83,10 +83,16 @@ func (p *Publisher) Close() error {
 // accepted), a *core.BatchError aligned with events when only some were, or
 // the error that failed them all.
 //
-// Errors are classified for the relay: a 4xx answer other than 429, an
-// unroutable event or one whose headers cannot be sent is permanent
-// (core.Permanent); 429, 5xx, network errors and ctx's end are transient, and
-// a 429 carries the announced reset time (core.RetryAfterHint).
+// Errors are classified for the relay by who can fix them. What only the
+// event causes is permanent (core.Permanent): a message larger than the
+// plan allows, an invalid Event.Destination, headers that cannot be sent.
+// What the configuration causes is transient and matches ErrConfiguration,
+// with the fix in its text: QStash's other 4xx answers (a refused token, an
+// unknown URL group or queue, a destination or option QStash refuses) and
+// events no route sends anywhere. 429, 5xx, network errors and ctx's end are
+// transient too, and a 429 carries the announced reset time
+// (core.RetryAfterHint). A batch refused for its size is sent again one
+// event at a time.
 func (p *Publisher) Publish(ctx context.Context, events []core.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -168,7 +174,10 @@ func (p *Publisher) route(e *core.Event) (Target, error) {
 			return Target{}, fmt.Errorf("qstash: route event %s: %w", e.ID, err)
 		}
 		if err := t.validate(); err != nil {
-			return Target{}, core.Permanent(fmt.Errorf("qstash: route event %s: %w", e.ID, err))
+			// Route is configuration code: a target it gets wrong is fixed
+			// by deploying it again, after which the events still pending
+			// go out.
+			return Target{}, &misconfigured{fmt.Errorf("qstash: PublisherConfig.Route returned an invalid target for event %s of type %q: %w", e.ID, e.Type, err)}
 		}
 		return t, nil
 	}
@@ -185,7 +194,9 @@ func (p *Publisher) route(e *core.Event) (Target, error) {
 		return d, nil
 	}
 	if t.IsZero() {
-		return Target{}, core.Permanent(fmt.Errorf("%w %s of type %q: set PublisherConfig.Destination, a route for the type, or Event.Destination", ErrNoRoute, e.ID, e.Type))
+		// Configuration, not the event: a relay running before the route
+		// for a new event type is deployed must not dead-letter its events.
+		return Target{}, &misconfigured{fmt.Errorf("%w %s of type %q: set PublisherConfig.Destination, a route for the type, or Event.Destination", ErrNoRoute, e.ID, e.Type)}
 	}
 	return t, nil
 }
@@ -225,7 +236,7 @@ func (p *Publisher) publishOne(ctx context.Context, e *core.Event, t Target, now
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return nil
 	}
-	return errorFromResponse(resp, now)
+	return errorFromResponse(resp, t.String(), now)
 }
 
 // publishBatch sends events[chunk] in one /v2/batch request and records the
@@ -260,7 +271,17 @@ func (p *Publisher) publishBatch(ctx context.Context, events []core.Event, targe
 		return nil
 	}
 
-	err := p.sendBatch(ctx, buf, sent, now, be)
+	err := p.sendBatch(ctx, buf, sent, targets, now, be)
+	var apiErr *APIError
+	if errors.As(err, &apiErr) && apiErr.cause() == causeEvent {
+		// A batch refused for its size says nothing about any one event:
+		// sent alone, each is accepted or refused on its own merits, so only
+		// an event too large by itself is dead-lettered.
+		for _, i := range sent {
+			be.Set(i, p.publishOne(ctx, &events[i], targets[i], now))
+		}
+		return nil
+	}
 	if err != nil {
 		for _, i := range sent {
 			be.Set(i, err)
@@ -270,7 +291,7 @@ func (p *Publisher) publishBatch(ctx context.Context, events []core.Event, targe
 }
 
 // sendBatch sends the encoded batch in buf and reads the per-message outcome.
-func (p *Publisher) sendBatch(ctx context.Context, buf *[]byte, sent []int, now time.Time, be *core.BatchError) error {
+func (p *Publisher) sendBatch(ctx context.Context, buf *[]byte, sent []int, targets []Target, now time.Time, be *core.BatchError) error {
 	body := &sharedBody{buf: buf, refs: 1, pool: &p.bodies}
 	defer body.release()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.BaseURL+"/v2/batch", http.NoBody)
@@ -290,7 +311,7 @@ func (p *Publisher) sendBatch(ctx context.Context, buf *[]byte, sent []int, now 
 	}
 	defer drainClose(resp.Body)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return errorFromResponse(resp, now)
+		return errorFromResponse(resp, "", now)
 	}
 
 	// QStash answers an array aligned with the request: an object (or, for a
@@ -310,7 +331,7 @@ func (p *Publisher) sendBatch(ctx context.Context, buf *[]byte, sent []int, now 
 	for k, i := range sent {
 		switch r := results[k]; {
 		case r.err != "":
-			be.Set(i, classify(&APIError{StatusCode: resp.StatusCode, Message: r.err, Index: i}))
+			be.Set(i, classify(&APIError{StatusCode: resp.StatusCode, Message: r.err, Index: i, Destination: targets[i].String()}))
 		case !r.ok:
 			be.Set(i, fmt.Errorf("%w: batch result %d has neither messageId nor error", ErrUnexpectedResponse, k))
 		}

@@ -38,7 +38,8 @@ type PublisherConfig struct {
 
 	// Destination is where events go when neither Event.Destination nor
 	// Routes name a target. Optional: without it (and without a matching
-	// route) an event fails with a permanent error matching ErrNoRoute.
+	// route) an event fails with a transient error matching ErrNoRoute and
+	// ErrConfiguration, and stays pending until a route exists.
 	Destination Target
 	// Routes maps event types to targets, taking precedence over
 	// Destination. Optional.
@@ -47,7 +48,9 @@ type PublisherConfig struct {
 	// Routes and the Event.Destination override (it sees the event, so it can
 	// honour Destination itself). An error fails only that event and is
 	// retried like any publish error: wrap it with core.Permanent when
-	// retrying cannot help. Optional; set it or Destination/Routes, not both.
+	// retrying cannot help. An invalid target it returns is treated as
+	// configuration (transient, matching ErrConfiguration). Optional; set it
+	// or Destination/Routes, not both.
 	//
 	// Without Route, a non-empty Event.Destination (read with ParseTarget)
 	// replaces the URL or URL group of the target that would otherwise apply

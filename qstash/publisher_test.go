@@ -301,7 +301,7 @@ func TestPublishSingleEvent(t *testing.T) {
 
 func TestPublishBatchPartialFailure(t *testing.T) {
 	t.Parallel()
-	f := newFakeQStash(t, answer(200, nil, `[{"messageId":"a"},{"error":"invalid destination"},[{"messageId":"c1","url":"x"},{"messageId":"c2","url":"y"}],{"messageId":"d","deduplicated":true}]`))
+	f := newFakeQStash(t, answer(200, nil, `[{"messageId":"a"},{"error":"message body is larger than 1048576 bytes"},[{"messageId":"c1","url":"x"},{"messageId":"c2","url":"y"}],{"messageId":"d","deduplicated":true}]`))
 	p := newTestPublisher(t, f)
 	evs := events(t, 4)
 	err := p.Publish(context.Background(), evs)
@@ -316,7 +316,7 @@ func TestPublishBatchPartialFailure(t *testing.T) {
 		}
 	}
 	var apiErr *qstash.APIError
-	if !errors.As(errs[1], &apiErr) || apiErr.Message != "invalid destination" || apiErr.Index != 1 || !core.IsPermanent(errs[1]) {
+	if !errors.As(errs[1], &apiErr) || apiErr.Message != "message body is larger than 1048576 bytes" || apiErr.Index != 1 || !core.IsPermanent(errs[1]) {
 		t.Errorf("event 1: %v, want a permanent *APIError at index 1", errs[1])
 	}
 }
@@ -342,13 +342,14 @@ func TestPublishErrorClassification(t *testing.T) {
 		wantHint      time.Duration
 		wantMessage   string
 	}{
-		{"400", answer(400, nil, `{"error":"invalid destination url"}`), 400, true, 0, "invalid destination url"},
-		// A bad token is the operator's to fix: events stay pending (and the
-		// oldest-pending-age alert fires) instead of all being dead-lettered.
+		// A bad destination, token or queue is the operator's to fix: events
+		// stay pending (and the oldest-pending-age alert fires) instead of
+		// all being dead-lettered (TestPublishConfigurationErrorsStayPending).
+		{"400", answer(400, nil, `{"error":"invalid destination url"}`), 400, false, 0, "invalid destination url"},
 		{"401 with a non-JSON body", answer(401, nil, "Unauthorized\n"), 401, false, 0, "Unauthorized"},
 		{"403", answer(403, nil, `{"error":"forbidden"}`), 403, false, 0, "forbidden"},
 		{"412 queue limit", answer(412, nil, `{"error":"queue limit reached"}`), 412, false, 0, "queue limit reached"},
-		{"404", answer(404, nil, `{"error":"queue not found"}`), 404, true, 0, "queue not found"},
+		{"404", answer(404, nil, `{"error":"queue not found"}`), 404, false, 0, "queue not found"},
 		{"429 daily quota", answer(429, map[string]string{"RateLimit-Limit": "500", "RateLimit-Remaining": "0", "RateLimit-Reset": resetAt}, `{"error":"daily quota exceeded"}`), 429, false, 30 * time.Second, "daily quota exceeded"},
 		{"429 burst", answer(429, map[string]string{"Burst-RateLimit-Remaining": "0", "Burst-RateLimit-Reset": resetAt, "RateLimit-Remaining": "400", "RateLimit-Reset": "9999999999"}, `{"error":"too many requests"}`), 429, false, 30 * time.Second, "too many requests"},
 		{"429 Retry-After", answer(429, map[string]string{"Retry-After": "7"}, ``), 429, false, 7 * time.Second, ""},
@@ -556,7 +557,10 @@ func TestPublishRouteFunc(t *testing.T) {
 	evs[1].Headers = nil
 	evs[2].Headers = map[string]string{"tenant": "bad"}
 	errs := core.EventErrors(3, p.Publish(context.Background(), evs))
-	if errs[0] != nil || !errors.Is(errs[1], errNoTenant) || !core.IsPermanent(errs[1]) || !core.IsPermanent(errs[2]) {
+	// The Route function's own Permanent error is kept; an invalid target
+	// it returns is configuration, so that event stays pending.
+	if errs[0] != nil || !errors.Is(errs[1], errNoTenant) || !core.IsPermanent(errs[1]) ||
+		core.IsPermanent(errs[2]) || !errors.Is(errs[2], qstash.ErrConfiguration) {
 		t.Fatalf("errs = %v", errs)
 	}
 	reqs := f.requests()
@@ -565,13 +569,16 @@ func TestPublishRouteFunc(t *testing.T) {
 	}
 }
 
-func TestPublishWithoutRouteIsPermanent(t *testing.T) {
+// TestPublishWithoutRouteStaysPending: a type no route sends anywhere is a
+// configuration gap (a relay deployed before the route for a new type), so
+// its events stay pending rather than being dead-lettered.
+func TestPublishWithoutRouteStaysPending(t *testing.T) {
 	t.Parallel()
 	f := newFakeQStash(t, nil)
 	p := newTestPublisher(t, f, func(c *qstash.PublisherConfig) { c.Destination = qstash.Target{} })
 	err := p.Publish(context.Background(), events(t, 2))
-	if !errors.Is(err, qstash.ErrNoRoute) || !core.IsPermanent(err) {
-		t.Fatalf("Publish = %v, want permanent ErrNoRoute", err)
+	if !errors.Is(err, qstash.ErrNoRoute) || !errors.Is(err, qstash.ErrConfiguration) || core.IsPermanent(err) {
+		t.Fatalf("Publish = %v, want a transient ErrNoRoute matching ErrConfiguration", err)
 	}
 	if len(f.requests()) != 0 {
 		t.Fatalf("a request was sent for unroutable events")
@@ -729,6 +736,17 @@ func TestPublishEarlyAnswerDoesNotCorruptBodies(t *testing.T) {
 	}
 	wg.Wait()
 	for _, r := range f.requests() {
+		if r.RequestURI != "/v2/batch" {
+			// A batch refused with 413 is sent again one event at a time.
+			var ok bool
+			for i := range big {
+				ok = ok || string(r.Body) == string(big[i].Payload)
+			}
+			if !ok {
+				t.Fatalf("single publish %s arrived altered", r.RequestURI)
+			}
+			continue
+		}
 		els := r.batch(t)
 		if len(els) != len(big) {
 			t.Fatalf("batch of %d messages, want %d", len(els), len(big))

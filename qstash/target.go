@@ -7,10 +7,10 @@ import (
 	"strings"
 )
 
-// ErrNoRoute is matched (as a permanent error) for an event that no route,
-// no default Destination and no Event.Destination sends anywhere. Retrying
-// cannot help until the configuration changes; the dead-lettered event can
-// then be replayed.
+// ErrNoRoute is matched for an event that no route, no default Destination
+// and no Event.Destination sends anywhere. It is a transient error that also
+// matches ErrConfiguration: the event stays pending (retried with the
+// relay's backoff) until the configuration gains a route for it.
 var ErrNoRoute = errors.New("qstash: no destination for event")
 
 // Target is where QStash delivers a message: an endpoint URL or a URL group,

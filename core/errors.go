@@ -28,6 +28,11 @@ var (
 	ErrUnsupported = errors.New("outboxkit: not supported by this adapter")
 	// ErrInvalidConfig is matched by every configuration validation failure.
 	ErrInvalidConfig = errors.New("outboxkit: invalid configuration")
+	// ErrMisalignedBatch is matched by the error EventErrors gives every
+	// event of a batch whose publisher returned a *BatchError of another
+	// length (or a nil one): a publisher bug, after which the batch is
+	// retried as a whole.
+	ErrMisalignedBatch = errors.New("outboxkit: publisher returned a BatchError not aligned with its batch")
 )
 
 // ValidationError reports which field of an event is invalid and why. It
@@ -180,6 +185,9 @@ func (e *BatchError) Set(i int, err error) { e.Errs[i] = err }
 
 // Failed counts the events that failed.
 func (e *BatchError) Failed() int {
+	if e == nil {
+		return 0
+	}
 	n := 0
 	for _, err := range e.Errs {
 		if err != nil {
@@ -199,6 +207,11 @@ func (e *BatchError) ErrOrNil() error {
 }
 
 func (e *BatchError) Error() string {
+	if e == nil {
+		// A typed nil returned as an error: say so rather than panic in
+		// whatever logs it.
+		return "outboxkit: nil *BatchError"
+	}
 	for _, err := range e.Errs {
 		if err != nil {
 			return fmt.Sprintf("outboxkit: %d of %d event(s) failed to publish; first: %v", e.Failed(), len(e.Errs), err)
@@ -209,6 +222,9 @@ func (e *BatchError) Error() string {
 
 // Unwrap returns the per-event errors so errors.Is and errors.As see them.
 func (e *BatchError) Unwrap() []error {
+	if e == nil {
+		return nil
+	}
 	out := make([]error, 0, len(e.Errs))
 	for _, err := range e.Errs {
 		if err != nil {
@@ -220,15 +236,30 @@ func (e *BatchError) Unwrap() []error {
 
 // EventErrors expands the error returned by Publisher.Publish into one error
 // per event: nil for published events.
+//
+// A *BatchError of a length other than n, or a nil one, cannot say which
+// event each of its entries belongs to, so none of them decides an event's
+// fate: every event gets one transient error matching ErrMisalignedBatch,
+// and is retried, rather than the whole batch being dead-lettered because
+// some entry was permanent.
 func EventErrors(n int, err error) []error {
 	out := make([]error, n)
 	if err == nil {
 		return out
 	}
 	var be *BatchError
-	if errors.As(err, &be) && len(be.Errs) == n {
-		copy(out, be.Errs)
-		return out
+	if errors.As(err, &be) {
+		if be != nil && len(be.Errs) == n {
+			copy(out, be.Errs)
+			return out
+		}
+		got := 0
+		if be != nil {
+			got = len(be.Errs)
+		}
+		// The text only: wrapping err would let its entries' Permanent,
+		// NotAttempted and RetryAfter marks through.
+		err = fmt.Errorf("%w: %d result(s) for a batch of %d event(s): %s", ErrMisalignedBatch, got, n, err.Error())
 	}
 	for i := range out {
 		out[i] = err

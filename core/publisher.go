@@ -6,6 +6,8 @@ import "context"
 //
 // Publish returns nil when every event was accepted, a *BatchError when some
 // were (its Errs aligned with events), or any other error to fail them all.
+// A *BatchError of another length is a bug the relay logs as an error, then
+// retries the whole batch (see EventErrors).
 // Errors are transient unless marked with Permanent; a transport that knows
 // when to come back wraps its error with RetryAfter. Publish must honour ctx:
 // the relay cancels it at its PublishTimeout so a lease never expires while a

@@ -320,6 +320,10 @@ func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleReques
 		elapsed = r.cfg.Clock.Now().Sub(start)
 		cancel()
 		sendErrs := EventErrors(len(send), pubErr)
+		if errors.Is(sendErrs[0], ErrMisalignedBatch) {
+			r.log.Error("outbox publisher returned a BatchError not aligned with its batch; retrying the whole batch. This is a bug in the publisher",
+				"events", len(send), "error", sendErrs[0])
+		}
 		if sent == nil {
 			errs = sendErrs
 		} else {

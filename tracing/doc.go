@@ -60,6 +60,14 @@
 // publishes. WithDestination names the topic or URL when events do not carry
 // their own Destination.
 //
+// RelayHook counts an event in MetricEventsSettled (and its attempts in
+// MetricEventAttempts) only once the store recorded its outcome. When a
+// settle fails, the batch counts once in MetricSettleErrors and each event
+// whose outcome was not recorded counts in MetricEventsUnsettled, by outcome
+// and error.type ("store", or "lease_lost" for the events another relay took
+// over): those events are published again and counted as settled then, so
+// summing MetricEventsSettled counts each event once per recorded decision.
+//
 // # Consumer
 //
 // HandlerMiddleware must run outside the deduplication step: Deduper then

@@ -16,11 +16,15 @@ import (
 // RelayHook returns a core.RelayHook (core.RelayConfig.Hooks) that records
 // what the relay decided for each batch: MetricEventsSettled per event by
 // outcome and event type, MetricEventAttempts for events leaving the outbox,
-// MetricPublishDuration per Publish call, and MetricSettleErrors.
+// MetricPublishDuration per Publish call, and, when a settle failed,
+// MetricSettleErrors per batch and MetricEventsUnsettled per event.
 //
 // Counting happens after Settle, from the relay's own decisions, rather than
 // in publisher middleware: only the relay knows whether a failure became a
-// retry or a dead letter.
+// retry or a dead letter. An event counts as settled only if the store
+// recorded its outcome: one whose settle failed is published and settled
+// again later (or by the relay that took its lease over), and would
+// otherwise be counted twice.
 func RelayHook(opts ...Option) core.RelayHook {
 	c := newConfig(opts)
 	m := c.meter()
@@ -36,6 +40,8 @@ func RelayHook(opts ...Option) core.RelayHook {
 			0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 30),
 		settleErrs: int64Counter(m, MetricSettleErrors, "{batch}",
 			"Batches whose settle failed; their events are published again once the lease expires."),
+		unsettled: int64Counter(m, MetricEventsUnsettled, "{event}",
+			"Events whose outcome the relay decided but the store did not record, by outcome and error.type: lease_lost or store."),
 	}
 }
 
@@ -45,6 +51,7 @@ type relayHook struct {
 	attempts   metric.Int64Histogram
 	duration   metric.Float64Histogram
 	settleErrs metric.Int64Counter
+	unsettled  metric.Int64Counter
 }
 
 type settledKey struct {
@@ -52,28 +59,62 @@ type settledKey struct {
 	eventType string
 }
 
+// settleFailure returns what info.Err says about the batch's settle: whether
+// it failed, its error.type, and which events it did not record (nil with
+// failed set: none was recorded).
+func settleFailure(err error) (failed bool, kind string, lost map[core.ID]bool) {
+	if err == nil {
+		return false, "", nil
+	}
+	if !errors.Is(err, core.ErrLeaseLost) {
+		// The store call failed as a whole (see core.SettleClaimer).
+		return true, "store", nil
+	}
+	var lle *core.LeaseLostError
+	if !errors.As(err, &lle) {
+		// Lease lost, but for which events is not said: assume all.
+		return true, "lease_lost", nil
+	}
+	lost = make(map[core.ID]bool, len(lle.IDs))
+	for _, id := range lle.IDs {
+		lost[id] = true
+	}
+	return true, "lease_lost", lost
+}
+
 func (h *relayHook) AfterSettle(ctx context.Context, info core.SettleInfo) {
 	// Group per (outcome, type) so a batch of a hundred events costs a few
 	// Adds, not a hundred attribute sets.
 	counts := make(map[settledKey]int64, 4)
+	var unsettled map[string]int64
+	failed, kind, lost := settleFailure(info.Err)
 	published := 0
 	for i, o := range info.Outcomes {
 		outcome := outcomeName(o.Kind)
+		if o.Kind == core.Published {
+			published++ // by the transport, whatever the settle did
+		}
+		if failed && (lost == nil || lost[o.ID]) {
+			if unsettled == nil {
+				unsettled = make(map[string]int64, 4)
+			}
+			unsettled[outcome]++
+			continue
+		}
 		var e core.Event
 		if i < len(info.Events) {
 			e = info.Events[i]
 		}
 		counts[settledKey{outcome, e.Type}]++
-		switch o.Kind {
-		case core.Published:
-			published++
-			fallthrough
-		case core.DeadLettered:
+		if o.Kind == core.Published || o.Kind == core.DeadLettered {
 			h.attempts.Record(ctx, int64(e.Attempts), h.with(OutcomeKey.String(outcome)))
 		}
 	}
 	for k, n := range counts {
 		h.settled.Add(ctx, n, h.with(OutcomeKey.String(k.outcome), semconv.CloudEventsEventType(k.eventType)))
+	}
+	for outcome, n := range unsettled {
+		h.unsettled.Add(ctx, n, h.with(OutcomeKey.String(outcome), semconv.ErrorTypeKey.String(kind)))
 	}
 
 	result := "partial"
@@ -85,11 +126,7 @@ func (h *relayHook) AfterSettle(ctx context.Context, info core.SettleInfo) {
 	}
 	h.duration.Record(ctx, info.PublishDuration.Seconds(), h.with(PublishResultKey.String(result)))
 
-	if info.Err != nil {
-		kind := "store"
-		if errors.Is(info.Err, core.ErrLeaseLost) {
-			kind = "lease_lost"
-		}
+	if failed {
 		h.settleErrs.Add(ctx, 1, h.with(semconv.ErrorTypeKey.String(kind)))
 	}
 }

@@ -233,6 +233,9 @@ func TestMetricsAfterAKnownScenario(t *testing.T) {
 	if _, found := ms[tracing.MetricSettleErrors]; found {
 		t.Errorf("settle errors recorded in a scenario without any")
 	}
+	if _, found := ms[tracing.MetricEventsUnsettled]; found {
+		t.Errorf("unsettled events recorded in a scenario without settle errors")
+	}
 }
 
 func TestRelayHookCountsSettleErrors(t *testing.T) {
@@ -312,5 +315,61 @@ func TestRegisterStoreMetricsNeedsAStore(t *testing.T) {
 	t.Parallel()
 	if _, err := tracing.RegisterStoreMetrics(nil); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("RegisterStoreMetrics(nil) = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestRelayHookCountsOnlySettledEvents: a batch whose settle failed is
+// published and settled again later, so counting its events as settled (and
+// their attempts as final) would count them twice. Only the events a settle
+// recorded count; the others are counted as unsettled.
+func TestRelayHookCountsOnlySettledEvents(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	h := tracing.RelayHook(tracing.WithMeterProvider(mp))
+	batch := func(kinds ...core.OutcomeKind) core.SettleInfo {
+		var info core.SettleInfo
+		for _, k := range kinds {
+			e := mustEvent(t, "a")
+			e.Attempts = 1
+			info.Events = append(info.Events, e)
+			info.Outcomes = append(info.Outcomes, core.Outcome{ID: e.ID, Kind: k})
+		}
+		return info
+	}
+
+	// The store failed: nothing was recorded.
+	failed := batch(core.Published, core.Published, core.DeadLettered)
+	failed.Err = errors.New("connection reset")
+	h.AfterSettle(context.Background(), failed)
+	// Another relay took one event over: the other two were recorded.
+	lost := batch(core.Published, core.Published, core.Published)
+	lost.Err = &core.LeaseLostError{IDs: []core.ID{lost.Outcomes[1].ID}}
+	h.AfterSettle(context.Background(), lost)
+
+	ms := collect(t, reader)
+	settled := metricNamed(t, ms, tracing.MetricEventsSettled, "{event}")
+	if got := point[int64](t, settled, attribute.String("outboxkit.outcome", "published")); got != 2 {
+		t.Errorf("settled{outcome=published} = %d, want 2 (the lease-lost batch's other events)", got)
+	}
+	if d := settled.Data.(metricdata.Sum[int64]); len(d.DataPoints) != 1 {
+		t.Errorf("settled has %d points, want only published: %+v", len(d.DataPoints), d.DataPoints)
+	}
+	attempts := metricNamed(t, ms, tracing.MetricEventAttempts, "{attempt}")
+	if d := attempts.Data.(metricdata.Histogram[int64]); len(d.DataPoints) != 1 || d.DataPoints[0].Count != 2 {
+		t.Errorf("attempts recorded for %+v, want the 2 settled events only", d.DataPoints)
+	}
+	unsettled := metricNamed(t, ms, tracing.MetricEventsUnsettled, "{event}")
+	for _, tc := range []struct {
+		outcome, kind string
+		want          int64
+	}{{"published", "store", 2}, {"dead_lettered", "store", 1}, {"published", "lease_lost", 1}} {
+		if got := point[int64](t, unsettled, attribute.String("outboxkit.outcome", tc.outcome), attribute.String("error.type", tc.kind)); got != tc.want {
+			t.Errorf("unsettled{outcome=%s, error.type=%s} = %d, want %d", tc.outcome, tc.kind, got, tc.want)
+		}
+	}
+	if d := unsettled.Data.(metricdata.Sum[int64]); !d.IsMonotonic || len(d.DataPoints) != 3 {
+		t.Errorf("unsettled: monotonic %v with %d points, want a counter with 3", d.IsMonotonic, len(d.DataPoints))
 	}
 }

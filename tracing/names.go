@@ -49,14 +49,22 @@ const (
 	// MetricEventsDeadLettered (gauge, {event}) is core.Stats.DeadLettered:
 	// dead-lettered events still in the store, waiting for replay or purge.
 	MetricEventsDeadLettered = "outboxkit.events.dead_lettered"
-	// MetricEventsSettled (counter, {event}) counts the relay's decisions,
-	// one per claimed event, by OutcomeKey. One counter rather than one per
-	// outcome, so a failure ratio is a single query and a new outcome needs
-	// no new instrument.
+	// MetricEventsSettled (counter, {event}) counts the relay's decisions
+	// that the store recorded, one per claimed event, by OutcomeKey. One
+	// counter rather than one per outcome, so a failure ratio is a single
+	// query and a new outcome needs no new instrument. An event whose settle
+	// failed is not counted here (it is settled, and counted, when it is
+	// published again) but in MetricEventsUnsettled.
 	MetricEventsSettled = "outboxkit.events.settled"
+	// MetricEventsUnsettled (counter, {event}) counts the relay's decisions
+	// that the store did not record, by OutcomeKey and error.type:
+	// "lease_lost" (another relay took the event over and settles it) or
+	// "store" (the settle failed; the event is published again once its
+	// lease expires). Its rate is how much work is being done twice.
+	MetricEventsUnsettled = "outboxkit.events.unsettled"
 	// MetricEventAttempts (histogram, {attempt}) records how many attempts an
-	// event took when it left the outbox (published or dead-lettered), by
-	// OutcomeKey.
+	// event took when it left the outbox (published or dead-lettered, and
+	// the store recorded it), by OutcomeKey.
 	MetricEventAttempts = "outboxkit.events.attempts"
 	// MetricPublishDuration (histogram, s) records how long each Publish call
 	// (one batch) took, by PublishResultKey.

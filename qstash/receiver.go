@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/logs"
 )
 
 // DefaultMaxBodyBytes is the default body limit of a Receiver: QStash's
@@ -56,8 +57,12 @@ type ReceiverConfig struct {
 	// Clock tells the time for the token checks and Decision.Duration.
 	// Defaults to core.SystemClock.
 	Clock core.Clock
-	// Logger receives refused requests (Warn), handler errors (Warn) and
-	// panics (Error, with the stack). Defaults to a logger that discards.
+	// Logger receives refused requests (Warn, at most 10 lines per 10 s
+	// since anyone can send them, the next line counting those left out),
+	// handler errors (Warn), panics (Error, with the stack) and handled
+	// deliveries (Debug). Tokens are never logged. Defaults to
+	// slog.Default() at Warn and above, so a wrong signing key or URL shows
+	// up in the service's own logs.
 	Logger *slog.Logger
 	// Middleware wraps the whole dedupe-and-handle step, outside the
 	// Deduper, so it sees duplicates too: tracing.HandlerMiddleware goes
@@ -87,6 +92,7 @@ type Receiver struct {
 	maxBody  int64
 	clock    core.Clock
 	log      *slog.Logger
+	refusals refusalLimiter
 	hook     DecisionHook
 	// middleware wraps ApplyOnce (ReceiverConfig.Middleware).
 	middleware []core.HandlerMiddleware
@@ -133,7 +139,7 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 		consumer: cfg.Consumer,
 		maxBody:  cfg.MaxBodyBytes,
 		clock:    cfg.Clock,
-		log:      cfg.Logger,
+		log:      logs.OrDefault(cfg.Logger),
 		hook:     cfg.OnDecision,
 
 		middleware: slices.Clone(cfg.Middleware),
@@ -143,9 +149,6 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 	}
 	if r.clock == nil {
 		r.clock = core.SystemClock{}
-	}
-	if r.log == nil {
-		r.log = slog.New(slog.DiscardHandler)
 	}
 	return r, nil
 }
@@ -158,7 +161,7 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	decide := func(o Outcome, status int, err error) {
 		d.Outcome, d.Status, d.Err = o, status, err
 		d.Duration = rc.clock.Now().Sub(start)
-		rc.logDecision(ctx, &d)
+		rc.logDecision(ctx, &d, r.RemoteAddr)
 		if rc.hook != nil {
 			rc.hook(ctx, d)
 		}
@@ -271,23 +274,41 @@ func (rc *Receiver) respond(w http.ResponseWriter, d *Decision) {
 	_, _ = io.WriteString(w, body+"\n")
 }
 
-func (rc *Receiver) logDecision(ctx context.Context, d *Decision) {
+func (rc *Receiver) logDecision(ctx context.Context, d *Decision, remote string) {
 	level, msg := slog.LevelDebug, "qstash: delivery handled"
 	var pe *core.PanicError
+	refused := false
 	switch {
 	case errors.As(d.Err, &pe):
 		level, msg = slog.LevelError, "qstash: handler panicked"
+	case d.Outcome == OutcomeUnauthorized || d.Outcome == OutcomeMalformed || d.Outcome == OutcomeTooLarge:
+		level, msg, refused = slog.LevelWarn, "qstash: delivery refused", true
 	case d.Err != nil:
-		level, msg = slog.LevelWarn, "qstash: delivery refused or failed"
+		level, msg = slog.LevelWarn, "qstash: delivery failed"
 	}
 	if !rc.log.Enabled(ctx, level) {
 		return // spare the hot path the attributes
 	}
+	suppressed := 0
+	if refused {
+		ok, n := rc.refusals.allow(rc.clock.Now())
+		if !ok {
+			return
+		}
+		suppressed = n
+	}
 	attrs := []slog.Attr{
 		slog.String("outcome", d.Outcome.String()),
 		slog.Int("status", d.Status),
-		slog.String("message_id", d.Delivery.MessageID),
+		// Unsigned headers: bounded, since the sender chooses them.
+		slog.String("message_id", truncate(d.Delivery.MessageID)),
 		slog.Int("retried", d.Delivery.Retried),
+	}
+	if refused {
+		attrs = append(attrs, slog.String("remote_addr", remote))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
 	if !d.Event.ID.IsZero() {
 		attrs = append(attrs, slog.String("event_id", d.Event.ID.String()), slog.String("event_type", d.Event.Type))

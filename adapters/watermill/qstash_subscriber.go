@@ -51,8 +51,10 @@ type QStashSubscriberConfig struct {
 	// OnDecision learns the outcome of every request (see qstash.Decision).
 	// Optional.
 	OnDecision qstash.DecisionHook
-	// Logger receives refused and failed deliveries. Defaults to a logger
-	// that discards.
+	// Logger receives refused deliveries (Warn, rate-limited: anyone can
+	// send them) and failed ones (Warn), as qstash.ReceiverConfig.Logger
+	// describes. Defaults to slog.Default() at Warn and above, so a wrong
+	// signing key or URL shows up in the service's own logs.
 	Logger *slog.Logger
 	// Clock tells the time for the signature checks and CloseTimeout.
 	// Defaults to core.SystemClock.

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -381,3 +383,41 @@ func TestQStashSubscriberCloseLetsInFlightFinish(t *testing.T) {
 		t.Errorf("delivery after Close answered %d, want 500 so QStash retries", rec.Code)
 	}
 }
+
+// TestQStashSubscriberLogsRefusalsByDefault: with no Logger configured, a
+// forged delivery is logged through slog.Default at Warn, without its token.
+// Not parallel: it replaces the process's default logger.
+func TestQStashSubscriberLogsRefusalsByDefault(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, string(p))
+		return len(p), nil
+	}), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	sub := newDirectQStashSubscriber(t, 0)
+	req := signedDelivery(t, context.Background(), eventTo("", "t"))
+	const forged = "eyJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJVcHN0YXNoIn0.Zm9yZ2VkLXNpZ25hdHVyZS1mb3JnZWQtc2lnbmF0dXJlLWZvcmdl"
+	req.Header.Set("Upstash-Signature", forged)
+	rec, done := serve(sub, req)
+	<-done
+	if rec.Code != http.StatusUnauthorized {
+		t.Fatalf("forged delivery answered %d, want 401", rec.Code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "unauthorized") {
+		t.Fatalf("log lines %q, want one WARN line saying the delivery was unauthorized", lines)
+	}
+	if strings.Contains(lines[0], forged) || strings.Contains(lines[0], "Zm9yZ2Vk") {
+		t.Errorf("the token is in the log: %s", lines[0])
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

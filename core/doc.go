@@ -21,7 +21,8 @@
 //
 //   - Store: Claim and Settle. Optional capabilities are separate small
 //     interfaces found by type assertion: Notifier (wake-ups), StatsReader,
-//     Replayer, Pruner.
+//     Replayer, Pruner, Checker (ready to work: reachable, schema present,
+//     migrations current).
 //   - Publisher: Publish a batch, reporting per-event outcomes with a
 //     BatchError; Permanent marks errors that must not be retried, RetryAfter
 //     carries a transport's back-off hint.
@@ -39,6 +40,17 @@
 //
 // RelayConfig documents each knob and its default. The relay validates them at
 // construction; notably PublishTimeout must be shorter than LeaseDuration.
+//
+// Run checks the store first when it implements Checker, and returns the
+// check's error, saying the relay did not start, rather than run over a
+// store that cannot work (the PostgreSQL store reports a missing schema or
+// migration this way).
+//
+// The relay logs through RelayConfig.Logger, by default slog.Default()'s
+// handler filtered to warnings and errors: never silent, never chatty. It
+// logs one line per failed batch (counts by outcome and the first error),
+// not one per event; each failed claim; and, when claims succeed again, one
+// warning saying how many failed and for how long.
 //
 // Shutdown leaves nothing leased: when ctx ends, the relay stops claiming,
 // lets publishes in flight finish for up to ShutdownTimeout and settles

@@ -29,6 +29,13 @@ type Relay struct {
 
 	runMu   sync.Mutex
 	running bool
+
+	// A run of failed claims, shared by the workers, so that the line
+	// saying the store is reachable again is written once and can say how
+	// long it was not.
+	claimMu           sync.Mutex
+	claimFailures     int
+	claimFailingSince time.Time
 }
 
 // NewRelay returns a relay over store and pub. cfg may be nil for the
@@ -80,6 +87,11 @@ func (r *Relay) Wake() {
 // it would leave its batch leased, with no one to release it); each is
 // bounded by LeaseDuration instead. It returns nil after a graceful shutdown.
 // Run may be called once at a time.
+//
+// When the store implements Checker, Run calls Check first and returns its
+// error, saying the relay did not start, instead of running over a store
+// that cannot work (a missing schema, say). Failures after the start are
+// logged and retried, not returned.
 func (r *Relay) Run(ctx context.Context) error {
 	r.runMu.Lock()
 	if r.running {
@@ -93,6 +105,15 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.running = false
 		r.runMu.Unlock()
 	}()
+
+	if c, ok := r.store.(Checker); ok {
+		if err := c.Check(ctx); err != nil {
+			if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return nil // shut down before starting: nothing failed
+			}
+			return fmt.Errorf("outboxkit: relay did not start: store check failed: %w", err)
+		}
+	}
 
 	// hardCtx outlives ctx by ShutdownTimeout: in-flight publishes and
 	// settles run under it.
@@ -242,9 +263,11 @@ func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, 
 		switch {
 		case more && pipelined:
 			next, info.Err, claimErr = sc.SettleAndClaim(storeCtx, sreq, r.claimRequest())
+			r.noteClaim(claimErr)
 		case more:
 			if info.Err = r.store.Settle(storeCtx, sreq); info.Err == nil || errors.Is(info.Err, ErrLeaseLost) {
 				next, claimErr = r.store.Claim(storeCtx, r.claimRequest())
+				r.noteClaim(claimErr)
 			}
 		default:
 			info.Err = r.store.Settle(storeCtx, sreq)
@@ -283,7 +306,30 @@ func (r *Relay) storeContext(ctx context.Context) (context.Context, context.Canc
 func (r *Relay) claim(ctx context.Context) (Batch, error) {
 	claimCtx, cancel := r.storeContext(ctx)
 	defer cancel()
-	return r.store.Claim(claimCtx, r.claimRequest())
+	b, err := r.store.Claim(claimCtx, r.claimRequest())
+	r.noteClaim(err)
+	return b, err
+}
+
+// noteClaim follows runs of failed claims. Each failure is logged where it
+// happens; the first success after a run says, at warn level so that the
+// default filter shows it, that the store is reachable again, closing the
+// run in the logs.
+func (r *Relay) noteClaim(err error) {
+	r.claimMu.Lock()
+	defer r.claimMu.Unlock()
+	if err != nil {
+		if r.claimFailures == 0 {
+			r.claimFailingSince = r.cfg.Clock.Now()
+		}
+		r.claimFailures++
+		return
+	}
+	if r.claimFailures > 0 {
+		r.log.Warn("outbox claims succeed again", "failures", r.claimFailures,
+			"failing_for", r.cfg.Clock.Now().Sub(r.claimFailingSince).String())
+		r.claimFailures = 0
+	}
 }
 
 // publishBatch publishes a claimed batch and decides each event's outcome.
@@ -333,19 +379,33 @@ func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleReques
 		}
 	}
 	outcomes := make([]Outcome, len(batch.Events))
+	var counts [Released + 1]int
+	first := -1 // the first event that failed
 	for i, e := range batch.Events {
 		if errs[i] != nil && !IsPermanent(errs[i]) && (hardCtx.Err() != nil || IsNotAttempted(errs[i])) {
 			// Shutdown cut this publish short, or the publisher never tried
 			// the event: the attempt says nothing about it, so give it back
 			// untouched.
 			outcomes[i] = Outcome{ID: e.ID, Kind: Released}
-			continue
+		} else {
+			outcomes[i] = r.cfg.Retry.Decide(e.ID, e.Attempts, errs[i])
 		}
-		outcomes[i] = r.cfg.Retry.Decide(e.ID, e.Attempts, errs[i])
-		if outcomes[i].Kind != Published {
-			r.log.Warn("outbox publish failed", "event_id", e.ID, "event_type", e.Type,
-				"attempts", e.Attempts, "outcome", outcomes[i].Kind, "error", errs[i])
+		counts[outcomes[i].Kind]++
+		if first < 0 && (outcomes[i].Kind == Retry || outcomes[i].Kind == DeadLettered) {
+			first = i
 		}
+	}
+	if first >= 0 {
+		// One line per batch, not per event: an outage failing every event
+		// would otherwise log a line for each of them.
+		level := slog.LevelWarn
+		if counts[DeadLettered] > 0 {
+			level = slog.LevelError
+		}
+		e := batch.Events[first]
+		r.log.Log(hardCtx, level, "outbox publish failed", "events", len(batch.Events),
+			"published", counts[Published], "retry", counts[Retry], "dead_lettered", counts[DeadLettered], "released", counts[Released],
+			"first_error", errs[first], "first_event_id", e.ID, "first_event_type", e.Type, "first_event_attempts", e.Attempts)
 	}
 	return SettleRequest{Lease: batch.Lease, Outcomes: outcomes, Now: r.now()},
 		SettleInfo{Events: batch.Events, Outcomes: outcomes, PublishDuration: elapsed}

@@ -2,9 +2,10 @@ package core
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"time"
+
+	"github.com/outboxkit/outboxkit/internal/logs"
 )
 
 // RelayConfig configures a Relay. The zero value is usable: every field says
@@ -44,7 +45,10 @@ type RelayConfig struct {
 	// DisableNotifier ignores the store's Notifier (if it has one) and relies
 	// on polling alone.
 	DisableNotifier bool
-	// Logger receives the relay's logs. Defaults to a logger that discards.
+	// Logger receives the relay's logs: one line per failed batch, failed
+	// claims and settles, and the end of a run of failed claims. Defaults to
+	// slog.Default()'s handler filtered to warnings and errors, so a relay
+	// that cannot work is never silent.
 	Logger *slog.Logger
 	// Clock is the relay's time source. Defaults to SystemClock. With any
 	// other clock the relay passes its time to the store (ClaimRequest.Now).
@@ -75,9 +79,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 		c.ShutdownTimeout = 10 * time.Second
 	}
 	c.Retry = c.Retry.WithDefaults()
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Logger = logs.OrDefault(c.Logger)
 	if c.Clock == nil {
 		c.Clock = SystemClock{}
 	}

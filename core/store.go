@@ -172,6 +172,17 @@ type Notifier interface {
 	Listen(ctx context.Context, wake func()) error
 }
 
+// Checker is implemented by stores that can tell whether they can work at
+// all: the database is reachable, the schema is present, its migrations are
+// at the version the code expects. Relay.Run calls Check before anything
+// else and refuses to start when it fails, so that a missing table stops a
+// deploy instead of leaving a relay that runs and relays nothing.
+type Checker interface {
+	// Check returns nil when the store is ready, or an error saying what is
+	// missing and what to do.
+	Check(ctx context.Context) error
+}
+
 // Stats is a snapshot of an outbox for operators.
 type Stats struct {
 	// Pending counts events neither published nor dead-lettered.

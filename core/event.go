@@ -34,13 +34,14 @@ type Event struct {
 	// Sequence is the event's position within its aggregate. Stores that
 	// support ordering assign it at write time; leave it zero.
 	Sequence int64
-	// Payload is the event body: JSON. Required. Transports deliver it as
+	// Payload is the event body: JSON text, hence UTF-8. Required. Transports deliver it as
 	// stored; a store may normalise it to equivalent JSON (PostgreSQL's jsonb
 	// drops insignificant whitespace and reorders object keys), so consumers
 	// must parse it rather than compare bytes.
 	Payload json.RawMessage
 	// Headers carry trace context (traceparent, tracestate, baggage) and custom
-	// metadata. Keys are case-sensitive.
+	// metadata. Keys are case-sensitive. Transports may send them as HTTP
+	// headers, so Validate holds them to what HTTP can carry.
 	Headers map[string]string
 	// Destination optionally overrides the transport's routing for this event
 	// (a URL, a URL group, a topic).
@@ -79,8 +80,10 @@ func NewEvent(eventType string, payload any) (Event, error) {
 }
 
 // Validate checks what every store and transport relies on: a non-nil ID, a
-// type, a valid JSON payload and sane header names. It returns a
-// *ValidationError. Size limits are the store's to enforce (see
+// type, a payload that is valid JSON and valid UTF-8, text attributes and
+// headers that can travel as HTTP headers (valid UTF-8 without control
+// characters, tab aside; header names without tabs, spaces or colons
+// either). It returns a *ValidationError. Size limits are the store's to enforce (see
 // ValidatePayloadSize).
 func (e *Event) Validate() error { return e.validate(true) }
 
@@ -99,8 +102,8 @@ func (e *Event) validate(checkJSON bool) error {
 		if len(f.value) > MaxTypeLength && f.name != "Destination" {
 			return &ValidationError{EventID: e.ID, Field: f.name, Reason: fmt.Sprintf("is %d bytes long; the limit is %d", len(f.value), MaxTypeLength)}
 		}
-		if !utf8.ValidString(f.value) || strings.ContainsAny(f.value, "\x00\r\n") {
-			return &ValidationError{EventID: e.ID, Field: f.name, Reason: "must be valid UTF-8 without NUL or line breaks"}
+		if !headerText(f.value) {
+			return &ValidationError{EventID: e.ID, Field: f.name, Reason: "must be valid UTF-8 without control characters (tab aside)"}
 		}
 	}
 	if e.SchemaVersion < 0 {
@@ -112,18 +115,43 @@ func (e *Event) validate(checkJSON bool) error {
 	if len(e.Payload) == 0 {
 		return &ValidationError{EventID: e.ID, Field: "Payload", Reason: "is empty: use a JSON value such as {} or null"}
 	}
-	if checkJSON && !json.Valid(e.Payload) {
-		return &ValidationError{EventID: e.ID, Field: "Payload", Reason: "is not valid JSON"}
+	if checkJSON {
+		// json.Valid accepts any byte above 0x1f inside a string, but JSON
+		// text must be UTF-8 (RFC 8259 §8.1), and outside strings it is
+		// ASCII: checking the whole payload checks every string, in one
+		// pass with an ASCII fast path.
+		if !utf8.Valid(e.Payload) {
+			return &ValidationError{EventID: e.ID, Field: "Payload", Reason: "is not valid UTF-8, which JSON text must be (RFC 8259 §8.1): encode binary data as base64"}
+		}
+		if !json.Valid(e.Payload) {
+			return &ValidationError{EventID: e.ID, Field: "Payload", Reason: "is not valid JSON"}
+		}
 	}
 	for k, v := range e.Headers {
-		if k == "" || strings.ContainsAny(k, "\x00\r\n: ") || !utf8.ValidString(k) {
-			return &ValidationError{EventID: e.ID, Field: "Headers", Reason: fmt.Sprintf("header name %q must be non-empty UTF-8 without spaces, colons or line breaks", k)}
+		if k == "" || strings.ContainsAny(k, ": \t") || !headerText(k) {
+			return &ValidationError{EventID: e.ID, Field: "Headers", Reason: fmt.Sprintf("header name %q must be non-empty UTF-8 without spaces, colons or control characters", k)}
 		}
-		if strings.ContainsAny(v, "\x00\r\n") || !utf8.ValidString(v) {
-			return &ValidationError{EventID: e.ID, Field: "Headers", Reason: fmt.Sprintf("value of header %q must be UTF-8 without NUL or line breaks", k)}
+		if !headerText(v) {
+			return &ValidationError{EventID: e.ID, Field: "Headers", Reason: fmt.Sprintf("value of header %q must be UTF-8 without control characters (tab aside)", k)}
 		}
 	}
 	return nil
+}
+
+// headerText reports whether s can travel as an HTTP header value, as every
+// attribute and header of an event does in CloudEvents binary mode: valid
+// UTF-8 with no control character but tab (RFC 9110 §5.5; net/http refuses
+// to send the others, and CR or LF would split the header).
+func headerText(s string) bool {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+		ascii = ascii && c < utf8.RuneSelf
+	}
+	return ascii || utf8.ValidString(s)
 }
 
 // ValidatePayloadSize returns a *ValidationError matching ErrPayloadTooLarge

@@ -179,3 +179,57 @@ func TestBatchErrorExpandsPerEvent(t *testing.T) {
 		t.Fatalf("plain error not applied to every event: %v", all)
 	}
 }
+
+// TestEventValidationRefusesControlsAndInvalidUTF8: attributes travel as
+// HTTP header values (CloudEvents binary mode), header keys as header names,
+// and payloads as JSON text, which must be UTF-8 (RFC 8259 §8.1) even though
+// json.Valid does not check it.
+func TestEventValidationRefusesControlsAndInvalidUTF8(t *testing.T) {
+	valid := func() core.Event {
+		e, err := core.NewEvent("order.placed", map[string]any{"id": 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	refused := map[string]func(*core.Event){
+		"SOH in type":                      func(e *core.Event) { e.Type = "order\x01placed" },
+		"ESC in type":                      func(e *core.Event) { e.Type = "order.\x1b[31mplaced" },
+		"DEL in source":                    func(e *core.Event) { e.Source = "shop\x7f" },
+		"NUL in aggregate type":            func(e *core.Event) { e.AggregateType = "or\x00der" },
+		"vertical tab in aggregate ID":     func(e *core.Event) { e.AggregateID = "o-1\x0b" },
+		"unit separator in destination":    func(e *core.Event) { e.Destination = "https://example.com/\x1f" },
+		"form feed in header name":         func(e *core.Event) { e.Headers = map[string]string{"te\x0cnant": "acme"} },
+		"tab in header name":               func(e *core.Event) { e.Headers = map[string]string{"te\tnant": "acme"} },
+		"DEL in header name":               func(e *core.Event) { e.Headers = map[string]string{"tenant\x7f": "acme"} },
+		"DEL in header value":              func(e *core.Event) { e.Headers = map[string]string{"tenant": "acme\x7f"} },
+		"backspace in header value":        func(e *core.Event) { e.Headers = map[string]string{"tenant": "ac\bme"} },
+		"invalid UTF-8 in a JSON string":   func(e *core.Event) { e.Payload = []byte("{\"name\":\"caf\xe9\"}") },
+		"truncated UTF-8 in a JSON string": func(e *core.Event) { e.Payload = []byte("\"\xc3\"") },
+		"encoded surrogate in a JSON key":  func(e *core.Event) { e.Payload = []byte("{\"\xed\xa0\x80\":1}") },
+	}
+	for name, mutate := range refused {
+		e := valid()
+		mutate(&e)
+		var ve *core.ValidationError
+		if err := e.Validate(); !errors.As(err, &ve) || !errors.Is(err, core.ErrInvalidEvent) {
+			t.Errorf("%s: Validate() = %v, want a *ValidationError", name, err)
+		}
+	}
+	accepted := map[string]func(*core.Event){
+		"tab in type":         func(e *core.Event) { e.Type = "order\tplaced" },
+		"tab in header value": func(e *core.Event) { e.Headers = map[string]string{"note": "a\tb"} },
+		"UTF-8 everywhere": func(e *core.Event) {
+			e.Source, e.AggregateID, e.Headers = "café", "Ωmega-7", map[string]string{"città": "Zürich"}
+		},
+		"UTF-8 in the payload":        func(e *core.Event) { e.Payload = []byte(`{"name":"café","emoji":"🎉"}`) },
+		"escaped controls in payload": func(e *core.Event) { e.Payload = []byte(`{"s":"a\u0001\t\n"}`) },
+	}
+	for name, mutate := range accepted {
+		e := valid()
+		mutate(&e)
+		if err := e.Validate(); err != nil {
+			t.Errorf("%s: Validate() = %v, want nil", name, err)
+		}
+	}
+}

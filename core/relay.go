@@ -115,8 +115,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 
-	// hardCtx outlives ctx by ShutdownTimeout: in-flight publishes and
-	// settles run under it.
+	// hardCtx outlives ctx by ShutdownTimeout: in-flight publishes run
+	// under it (store calls run under storeContext).
 	hardCtx, hardCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hardCancel()
 	stopHard := context.AfterFunc(ctx, func() {

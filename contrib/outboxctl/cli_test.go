@@ -87,6 +87,7 @@ func TestBadFlagsGiveOneLineErrors(t *testing.T) {
 		{"migrate down without target", []string{"migrate", "down", "--yes"}, []string{"--to"}},
 		{"migrate down without yes", []string{"migrate", "down", "--to", "0"}, []string{"--yes"}},
 		{"bad schema", []string{"migrate", "--print", "--schema", "Robert'); DROP TABLE students;--"}, []string{"schema"}},
+		{"unescaped password", []string{"status", "--database-url", "postgres://app:p@ss@127.0.0.1:1/test"}, []string{"postgres://***@127.0.0.1:1/test", "percent-encode"}},
 		{"routes file missing", []string{"relay", "--routes", "/nonexistent/routes.txt", "--qstash-token", "x"}, []string{"--routes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

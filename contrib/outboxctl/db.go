@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,10 +26,16 @@ func (a *app) connect(ctx context.Context, minConns int32) (*pgxpool.Pool, error
 		a.warn("neither --database-url nor DATABASE_URL is set: using the local development database %s", localDatabaseURL)
 	}
 	a.addURLSecrets(a.g.databaseURL)
+	if userinfoNeedsEscaping(a.g.databaseURL) {
+		// pgx would misread it rather than refuse it: postgres://u:p@ss@h
+		// connects to host "ss@h" with password "p".
+		return nil, usageError(fmt.Sprintf("--database-url %s: its user or password holds characters a URL cannot carry unescaped (an at sign, slash, question mark, hash, space or non-ASCII): percent-encode them (%%40 for an at sign, %%2F for a slash, %%20 for a space) or use a keyword/value string with the password quoted",
+			displayURL(a.g.databaseURL)))
+	}
 	cfg, err := pgxpool.ParseConfig(a.g.databaseURL)
 	if err != nil {
 		return nil, usageError(fmt.Sprintf("--database-url %s is not a PostgreSQL URL or connection string: %s: use postgres://user:password@host:5432/dbname?sslmode=require",
-			displayURL(a.g.databaseURL), netCause(err)))
+			displayURL(a.g.databaseURL), parseConfigReason(err)))
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
@@ -97,4 +104,36 @@ func (a *app) checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {
 			a.g.schema, a.g.table, displayURL(a.g.databaseURL), missing, a.g.schema, a.g.table)
 	}
 	return nil
+}
+
+// parseConfigReason says why pgx could not parse the connection string.
+// pgx's message quotes the string with its password redacted as best it
+// can, which is least reliable on strings that do not parse; the quote is
+// dropped, and what remains is redacted like every message.
+func parseConfigReason(err error) string {
+	msg := err.Error()
+	// "cannot parse `<string>`: <reason>"
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	}
+	return msg
+}
+
+// userinfoNeedsEscaping reports whether raw is a URL whose userinfo (up to
+// the last "@") holds a character RFC 3986 does not allow there unescaped.
+func userinfoNeedsEscaping(raw string) bool {
+	_, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return false
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return false
+	}
+	for _, c := range []byte(rest[:at]) {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("@/?#[]\"<>`^{|}", c) >= 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -109,7 +109,7 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	if *asJSON {
 		out := make([]recordJSON, len(recs))
 		for i, r := range recs {
-			out[i] = toRecordJSON(r)
+			out[i] = a.toRecordJSON(r)
 		}
 		if err := writeJSON(a.stdout, out); err != nil {
 			return err
@@ -120,7 +120,7 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 		tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tTYPE\tAGGREGATE\tATTEMPTS\tDEAD AT\tLAST ERROR")
 		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Type, aggregateOf(r.Event), r.Attempts, rfc3339(r.DeadAt), truncate(oneLine(r.LastError), 80))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Type, aggregateOf(r.Event), r.Attempts, rfc3339(r.DeadAt), truncate(a.redact(oneLine(r.LastError)), 80))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -160,7 +160,7 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 		return a.dbError(err)
 	}
 	if *asJSON {
-		return writeJSON(a.stdout, toRecordJSON(r))
+		return writeJSON(a.stdout, a.toRecordJSON(r))
 	}
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
@@ -177,7 +177,7 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	if r.Sequence != 0 {
 		row("sequence", fmt.Sprint(r.Sequence))
 	}
-	row("destination", r.Destination)
+	row("destination", a.redact(r.Destination))
 	row("attempts", fmt.Sprint(r.Attempts))
 	row("created at", rfc3339(r.CreatedAt))
 	row("available at", rfc3339(r.AvailableAt))
@@ -190,7 +190,7 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	if !r.LeaseUntil.IsZero() {
 		row("lease until", rfc3339(r.LeaseUntil))
 	}
-	row("last error", oneLine(r.LastError))
+	row("last error", a.redact(oneLine(r.LastError)))
 	for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
 		row("header "+k, r.Headers[k])
 	}
@@ -333,7 +333,9 @@ type recordJSON struct {
 	Payload       json.RawMessage   `json:"payload"`
 }
 
-func toRecordJSON(r postgres.Record) recordJSON {
+// toRecordJSON is r as --json prints it. The last error and the
+// destination are redacted: both may quote a URL with credentials.
+func (a *app) toRecordJSON(r postgres.Record) recordJSON {
 	opt := func(t time.Time) *time.Time {
 		if t.IsZero() {
 			return nil
@@ -344,10 +346,10 @@ func toRecordJSON(r postgres.Record) recordJSON {
 	return recordJSON{
 		ID: r.ID.String(), Type: r.Type, State: string(r.State), SchemaVersion: r.SchemaVersion,
 		Source: r.Source, AggregateType: r.AggregateType, AggregateID: r.AggregateID, Sequence: r.Sequence,
-		Destination: r.Destination, Attempts: r.Attempts,
+		Destination: a.redact(r.Destination), Attempts: r.Attempts,
 		CreatedAt: r.CreatedAt.UTC(), AvailableAt: r.AvailableAt.UTC(),
 		PublishedAt: opt(r.PublishedAt), DeadAt: opt(r.DeadAt), LeaseUntil: opt(r.LeaseUntil),
-		LastError: r.LastError, Headers: r.Headers, Payload: r.Payload,
+		LastError: a.redact(r.LastError), Headers: r.Headers, Payload: r.Payload,
 	}
 }
 

@@ -159,3 +159,31 @@ func TestDLQReplayAndPurge(t *testing.T) {
 		t.Errorf("dlq replay --all on an empty queue: %q", r.stdout)
 	}
 }
+
+// TestDLQRedactsCredentials: a dead letter's last error is a transport's
+// error text, which may quote a broker URL or a destination with
+// credentials; dlq list and show print it redacted, in both formats.
+func TestDLQRedactsCredentials(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	e := event(t, "invoice.sent", "invoice", "1")
+	e.Destination = "https://hookuser:hooks3cret@hooks.example/in"
+	o.add(t, e)
+	o.settle(t, func(core.Event) core.OutcomeKind { return core.DeadLettered },
+		"publish to amqp://guest:gu@st/x@mq:5672/ failed; nats://natst0ken@nats:4222 unreachable")
+	for _, args := range [][]string{
+		{"dlq", "list"}, {"dlq", "list", "--json"},
+		{"dlq", "show", "--id", e.ID.String()}, {"dlq", "show", "--id", e.ID.String(), "--json"},
+	} {
+		r := cli(t, env(), o.args(args...)...)
+		wantOK(t, r)
+		if !strings.Contains(r.stdout, e.ID.String()) {
+			t.Errorf("%s does not show the event:\n%s", strings.Join(args, " "), r.stdout)
+		}
+		for _, secret := range []string{"gu@st", "st/x", "natst0ken", "hooks3cret"} {
+			if strings.Contains(r.stdout, secret) {
+				t.Errorf("%s prints %q:\n%s", strings.Join(args, " "), secret, r.stdout)
+			}
+		}
+	}
+}

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/redact"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
@@ -65,16 +64,9 @@ func oneLine(s string) string {
 	return strings.Join(parts, "; ")
 }
 
-// redact removes every known secret, then any password in a URL or a
-// keyword/value connection string, from s.
-func (a *app) redact(s string) string {
-	for _, sec := range a.secrets {
-		if len(sec) >= 3 {
-			s = strings.ReplaceAll(s, sec, "***")
-		}
-	}
-	return redactURLs(s)
-}
+// redact removes every known secret, then anything that looks like a
+// credential (a URL's userinfo, a connection string's password), from s.
+func (a *app) redact(s string) string { return redact.String(s, a.secrets...) }
 
 // addSecret records a value to redact from every message.
 func (a *app) addSecret(s string) {
@@ -83,36 +75,14 @@ func (a *app) addSecret(s string) {
 	}
 }
 
-// addURLSecrets records the password of a URL (and the URL's escaped form
-// of it, which is what error messages usually quote).
-func (a *app) addURLSecrets(raw string) {
-	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return
-	}
-	if pw, ok := u.User.Password(); ok {
-		a.addSecret(pw)
-		a.addSecret(url.PathEscape(pw))
-		a.addSecret(url.QueryEscape(pw))
-	}
-}
+// addURLSecrets records the credentials of a URL or connection string in
+// every form a message may quote them, so they are redacted even from a
+// driver's half-redacted echo of a string it could not parse.
+func (a *app) addURLSecrets(raw string) { a.secrets = append(a.secrets, redact.Secrets(raw)...) }
 
-var (
-	urlPasswordRE = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]*:)[^@\s/]*@`)
-	kvPasswordRE  = regexp.MustCompile(`(?i)(password\s*=\s*)('[^']*'|\S+)`)
-	queryPassRE   = regexp.MustCompile(`(?i)([?&](?:password|token|qstash_token)=)[^&\s]*`)
-)
-
-// redactURLs replaces passwords in URLs ("postgres://user:***@host") and
-// connection strings ("password=***").
-func redactURLs(s string) string {
-	s = urlPasswordRE.ReplaceAllString(s, "${1}***@")
-	s = kvPasswordRE.ReplaceAllString(s, "${1}***")
-	return queryPassRE.ReplaceAllString(s, "${1}***")
-}
-
-// displayURL is a URL as messages show it: password redacted.
-func displayURL(raw string) string { return redactURLs(raw) }
+// displayURL is a URL as messages show it: credentials redacted, the whole
+// userinfo when it does not parse.
+func displayURL(raw string) string { return redact.String(raw) }
 
 // dbError turns an error from PostgreSQL (or the pgx driver) into one
 // message that says what to do. It is the one place database errors are

@@ -101,7 +101,7 @@ func (a *app) usage(fs *flagSet) {
 		case isSecretFlag(f.Name) && def != "":
 			def = "(set)"
 		case isURLFlag(f.Name):
-			def = redactURLs(def)
+			def = displayURL(def)
 		}
 		if def != "" && def != "false" && def != "0" && def != "-1" && def != "[]" {
 			usage += fmt.Sprintf(" (default %s)", def)

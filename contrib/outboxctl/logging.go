@@ -5,12 +5,18 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/outboxkit/outboxkit/internal/redact"
 )
 
 // logFlags are the logging flags of long-running commands.
 type logFlags struct {
 	format string
 	level  string
+	// redact filters every logged string and error; nil means
+	// redact.String, which knows no particular secret. Commands that know
+	// some (the relay's passwords and tokens) set it to app.redact.
+	redact func(string) string
 }
 
 func (l *logFlags) register(fs *flagSet) {
@@ -25,7 +31,7 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, usageError(fmt.Sprintf("--log-level %q: use debug, info, warn or error", l.level))
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: l.redactAttr}
 	switch strings.ToLower(l.format) {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -33,4 +39,23 @@ func (l *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usageError(fmt.Sprintf("--log-format %q: use text or json", l.format))
+}
+
+// redactAttr removes credentials from a log attribute: libraries log
+// errors that quote connection strings (a broker URL, a DSN). It runs
+// before the handler encodes the value, so the JSON format stays valid.
+func (l *logFlags) redactAttr(_ []string, at slog.Attr) slog.Attr {
+	f := l.redact
+	if f == nil {
+		f = func(s string) string { return redact.String(s) }
+	}
+	switch v := at.Value; v.Kind() {
+	case slog.KindString:
+		at.Value = slog.StringValue(f(v.String()))
+	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			at.Value = slog.StringValue(f(err.Error()))
+		}
+	}
+	return at
 }

@@ -74,6 +74,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
+	lf.redact = a.redact
 	logger, err := lf.logger(a.stderr)
 	if err != nil {
 		return err

@@ -11,6 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	// Aliased: this package's own redact wraps it.
+	redaction "github.com/outboxkit/outboxkit/internal/redact"
 )
 
 // DefaultURL is the local server CI starts (trust authentication).
@@ -77,13 +80,6 @@ func NewSchemaName(prefix string) string {
 	return strings.ToLower(prefix) + "_" + hex.EncodeToString(b[:])
 }
 
-func redact(u string) string {
-	if i := strings.Index(u, "@"); i >= 0 {
-		if j := strings.Index(u, "://"); j >= 0 && j < i {
-			if k := strings.Index(u[j+3:i], ":"); k >= 0 {
-				return u[:j+3+k] + ":***" + u[i:]
-			}
-		}
-	}
-	return u
-}
+// redact hides the credentials of a database URL or connection string in a
+// failure message; test logs are kept and shared like any other.
+func redact(u string) string { return redaction.String(u, redaction.Secrets(u)...) }

@@ -22,7 +22,7 @@ unit:
 
 # core imports only the standard library.
 deps-check:
-	@bad=$$($(GO) list -deps ./core | grep -E '^[a-z0-9-]+\.[a-z0-9.-]+/' | grep -v '^github.com/outboxkit/outboxkit/core$$' || true); \
+	@bad=$$($(GO) list -deps ./core | grep -E '^[a-z0-9-]+\.[a-z0-9.-]+/' | grep -vE '^github.com/outboxkit/outboxkit/(core|internal/logs)$$' || true); \
 	if [ -n "$$bad" ]; then echo "core must import only the standard library, found:"; echo "$$bad"; exit 1; fi
 
 # Library packages import the OpenTelemetry API only; the SDK and exporters

@@ -105,6 +105,16 @@ func (s *Server) attemptStd(parent context.Context, m *message, fixed []string, 
 	for i := 0; i+1 < len(fixed); i += 2 {
 		h[fixed[i]] = []string{fixed[i+1]}
 	}
+	// net/http retries a POST on a fresh connection, when a reused one
+	// was closed before answering, only if the request is marked
+	// idempotent; a nil value marks it without sending the header. Its
+	// read loop already drops idle connections as their peers close them,
+	// so only that race is left. Why a retry is safe: see errStaleConn.
+	if _, ok := h["Idempotency-Key"]; !ok {
+		if _, ok := h["X-Idempotency-Key"]; !ok {
+			h["X-Idempotency-Key"] = nil
+		}
+	}
 	req.Header = h
 	resp, err := s.client.Do(req)
 	if err != nil {

@@ -85,13 +85,15 @@ func hostPort(u *url.URL) string {
 	return net.JoinHostPort(u.Hostname(), "80")
 }
 
-func (c *lanClient) get(ctx context.Context, key string, deadline time.Time) (*lanConn, bool, error) {
+// get takes an idle connection to key, or dials one. fresh skips the
+// pool: the retry after a stale connection must not meet another one.
+func (c *lanClient) get(ctx context.Context, key string, deadline time.Time, fresh bool) (*lanConn, bool, error) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil, false, net.ErrClosed
 	}
-	if list := c.idle[key]; len(list) > 0 {
+	if list := c.idle[key]; len(list) > 0 && !fresh {
 		lc := list[len(list)-1]
 		list[len(list)-1] = nil
 		c.idle[key] = list[:len(list)-1]
@@ -116,6 +118,21 @@ func (c *lanClient) get(ctx context.Context, key string, deadline time.Time) (*l
 	c.active[lc] = struct{}{}
 	c.mu.Unlock()
 	return lc, false, nil
+}
+
+// dropIdle closes every idle connection to key. One stale connection means
+// the peer closed it while it sat in the pool, and the usual cause (the
+// consumer restarted, or a proxy in front of it dropped its connections)
+// kills its pool-mates too: without this, each of them would cost a
+// delivery one more failed round trip.
+func (c *lanClient) dropIdle(key string) {
+	c.mu.Lock()
+	list := c.idle[key]
+	delete(c.idle, key)
+	c.mu.Unlock()
+	for _, lc := range list {
+		lc.nc.Close()
+	}
 }
 
 // put returns a healthy connection to the pool, or closes it.
@@ -149,10 +166,33 @@ func (c *lanClient) close() {
 	}
 }
 
-// errStaleConn marks a failure on a reused connection before any response
-// byte: the server closed it while idle, and one retry on a fresh
-// connection is safe (delivery is at-least-once anyway).
+// errStaleConn marks a failure on a reused connection that proves the
+// peer had closed it before the request could be answered: the write
+// failed, or the peer hung up (EOF, reset) before a single response byte.
+// A stale connection is not the destination's answer, so it is retried at
+// once on a fresh connection and never charged as a failed attempt (which
+// would cost the message QStash's 12s first backoff).
+//
+// Why the retry is safe: when the write fails, the peer did not receive a
+// whole request, and a consumer that verifies the signature (whose body
+// claim covers every byte) cannot act on part of one. When the request was
+// written in full and the peer closed without answering, it may have
+// processed it (say, committed and then exited); net/http would retry such
+// a POST only if marked idempotent. A delivery is at-least-once whatever
+// the transport does (QStash retries a failed attempt with the same
+// message id, and consumers dedupe on the event's id), so one immediate
+// duplicate is within the contract. The retry happens once, on a
+// connection dialed for it, so a peer that keeps hanging up is charged
+// like any other failure.
 var errStaleConn = errors.New("stale keep-alive connection")
+
+// peerClosed reports the errors of a connection the peer closed or reset.
+// A timeout is not one of them: the peer may be working on the request.
+func peerClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
 
 // lanRequest is one delivery attempt for lanClient.
 type lanRequest struct {
@@ -172,15 +212,16 @@ type lanRequest struct {
 func (c *lanClient) do(ctx context.Context, r *lanRequest, timeout time.Duration) (attemptResult, error) {
 	deadline := time.Now().Add(timeout)
 	key := hostPort(r.u)
-	res, err := c.once(ctx, key, r, deadline)
+	res, err := c.once(ctx, key, r, deadline, false)
 	if errors.Is(err, errStaleConn) {
-		res, err = c.once(ctx, key, r, deadline)
+		c.dropIdle(key)
+		res, err = c.once(ctx, key, r, deadline, true)
 	}
 	return res, err
 }
 
-func (c *lanClient) once(ctx context.Context, key string, r *lanRequest, deadline time.Time) (attemptResult, error) {
-	lc, reused, err := c.get(ctx, key, deadline)
+func (c *lanClient) once(ctx context.Context, key string, r *lanRequest, deadline time.Time, fresh bool) (attemptResult, error) {
+	lc, reused, err := c.get(ctx, key, deadline, fresh)
 	if err != nil {
 		return attemptResult{}, err
 	}
@@ -191,7 +232,16 @@ func (c *lanClient) once(ctx context.Context, key string, r *lanRequest, deadlin
 	writeRequest(lc.bw, r)
 	if err := lc.bw.Flush(); err != nil {
 		c.put(lc, false)
-		if reused {
+		if reused && peerClosed(err) {
+			return attemptResult{}, errStaleConn
+		}
+		return attemptResult{}, err
+	}
+	// Wait for the first response byte on its own: only a hang-up before
+	// it marks the connection stale; after it, the peer was answering.
+	if _, err := lc.br.Peek(1); err != nil {
+		c.put(lc, false)
+		if reused && peerClosed(err) {
 			return attemptResult{}, errStaleConn
 		}
 		return attemptResult{}, err
@@ -205,10 +255,6 @@ func (c *lanClient) once(ctx context.Context, key string, r *lanRequest, deadlin
 		resp, err = http.ReadResponse(lc.br, req)
 		if err != nil {
 			c.put(lc, false)
-			if reused && lc.br.Buffered() == 0 && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-				errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
-				return attemptResult{}, errStaleConn
-			}
 			return attemptResult{}, err
 		}
 		// Skip informational responses (103 Early Hints and the like).

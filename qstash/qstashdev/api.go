@@ -1,7 +1,6 @@
 package qstashdev
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -106,7 +105,7 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 
 // destinationFrom rebuilds the destination of a publish path. SDKs put the
 // URL in the path unescaped, so its query string arrives as the request's
-// (minus our own qstash_token). A fully escaped destination
+// (minus our own qstash_token, see stripToken). A fully escaped destination
 // ("https%3A%2F%2F...") is unescaped, and a scheme whose "//" a proxy
 // collapsed ("https:/x") is repaired.
 func destinationFrom(d, rawQuery string) string {
@@ -124,35 +123,6 @@ func destinationFrom(d, rawQuery string) string {
 		d += "?" + q
 	}
 	return d
-}
-
-// stripToken removes qstash_token from a raw query, keeping the rest as
-// sent (re-encoding would change the destination URL, and the signature's
-// sub with it).
-func stripToken(raw string) string {
-	if !strings.Contains(raw, "qstash_token=") {
-		return raw
-	}
-	parts := strings.Split(raw, "&")
-	kept := parts[:0]
-	for _, p := range parts {
-		if !strings.HasPrefix(p, "qstash_token=") {
-			kept = append(kept, p)
-		}
-	}
-	return strings.Join(kept, "&")
-}
-
-func (s *Server) authorized(r *http.Request) bool {
-	tok := ""
-	if h := r.Header.Get("Authorization"); h != "" {
-		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
-			tok = strings.TrimSpace(t)
-		}
-	} else if t := r.URL.Query().Get("qstash_token"); t != "" {
-		tok = t
-	}
-	return tok != "" && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.Token)) == 1
 }
 
 // readBody reads at most limit bytes, answering 413 beyond that.

@@ -41,7 +41,10 @@
 // # API
 //
 // Every path needs "Authorization: Bearer <token>" or ?qstash_token=;
-// errors are JSON {"error": "..."}.
+// errors are JSON {"error": "..."}. A publish path's query string is the
+// destination's own, minus qstash_token in any spelling (escaped or not,
+// after ';' or '&'), so the token never reaches a destination, a
+// signature, the event log or the DLQ.
 //
 //	POST   /v2/publish/{url or url group}       publish; 200 {messageId}, a group answers [{messageId,url}]
 //	POST   /v2/enqueue/{queue}/{url or group}   publish through a FIFO queue (created on first use, parallelism 1)

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // route is where events of one type go: a QStash URL or URL group (or,
@@ -37,9 +40,9 @@ type route struct {
 //	order.confirmed  = https://billing.example.com/qstash/orders
 //	order.shipped    = shipping
 func loadRoutes(path string) (map[string]route, error) {
-	b, err := os.ReadFile(path)
+	b, err := readRoutesFile(path)
 	if err != nil {
-		return nil, usageError(fmt.Sprintf("--routes: %v", err))
+		return nil, usageError(fmt.Sprintf("--routes %s: %v", path, err))
 	}
 	routes, err := parseRoutes(b)
 	if err != nil {
@@ -49,6 +52,70 @@ func loadRoutes(path string) (map[string]route, error) {
 		return nil, usageError(fmt.Sprintf("--routes %s maps no event type: add lines such as order.confirmed=https://example.com/hooks/orders", path))
 	}
 	return routes, nil
+}
+
+// maxRoutesFileSize bounds a --routes file. Thousands of routes fit in a
+// fraction of it; without a bound, --routes /dev/zero reads until memory
+// runs out.
+const maxRoutesFileSize = 1 << 20
+
+// readRoutesFile reads path, which must be a regular file of at most
+// maxRoutesFileSize bytes. A device or a FIFO is refused before it is
+// opened (opening a FIFO waits for a writer), and the open file is checked
+// again, since the path may have changed in between.
+func readRoutesFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := regularAndSmall(st); err != nil {
+		return nil, err
+	}
+	// O_NONBLOCK: should the path have become a FIFO since the Stat, the
+	// open returns instead of waiting for a writer; on a regular file it
+	// changes nothing.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := regularAndSmall(st); err != nil {
+		return nil, err
+	}
+	// The file may grow while it is read: read one byte past the bound to
+	// tell.
+	b, err := io.ReadAll(io.LimitReader(f, maxRoutesFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxRoutesFileSize {
+		return nil, fmt.Errorf("is larger than 1 MiB: a routes file maps event types to destinations and needs far less")
+	}
+	return b, nil
+}
+
+// regularAndSmall refuses anything but a regular file of at most
+// maxRoutesFileSize bytes, saying what it is instead.
+func regularAndSmall(st os.FileInfo) error {
+	m := st.Mode()
+	switch {
+	case m.IsDir():
+		return errors.New("is a directory, not a routes file")
+	case m&os.ModeNamedPipe != 0:
+		return errors.New("is a named pipe (FIFO): give a regular file")
+	case m&os.ModeSocket != 0:
+		return errors.New("is a socket: give a regular file")
+	case m&os.ModeDevice != 0:
+		return errors.New("is a device, not a regular file")
+	case !m.IsRegular():
+		return fmt.Errorf("is not a regular file (%s)", m.Type())
+	case st.Size() > maxRoutesFileSize:
+		return fmt.Errorf("is larger than 1 MiB (%d bytes): a routes file maps event types to destinations and needs far less", st.Size())
+	}
+	return nil
 }
 
 func parseRoutes(b []byte) (map[string]route, error) {
@@ -76,6 +143,11 @@ func parseRoutes(b []byte) (map[string]route, error) {
 }
 
 func parseJSONRoutes(b []byte) (map[string]route, error) {
+	// json.Unmarshal keeps the last of duplicate keys; the line format
+	// refuses an event type routed twice, and so must JSON.
+	if err := noDuplicateKeys(b); err != nil {
+		return nil, err
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("not a JSON object of event type to destination: %v", err)

@@ -25,7 +25,7 @@ func TestHelpListsEveryCommandAndFlag(t *testing.T) {
 		"dlq replay":      {"--id", "--all"},
 		"dlq purge":       {"--id", "--all", "--yes"},
 		"replay":          {"--id", "--type", "--aggregate", "--since", "--until", "--dead-only", "--all"},
-		"prune":           {"--older-than", "--processed", "--processed-older-than", "--batch-size", "--dry-run"},
+		"prune":           {"--older-than", "--processed", "--processed-older-than", "--batch-size", "--dry-run", "--yes"},
 		"qstash-dev":      {"--addr"},
 		"help relay":      {"--transport"},
 		"dlq --help list": nil,

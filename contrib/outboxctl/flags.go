@@ -65,6 +65,14 @@ func noArgs(fs *flagSet, rest []string) error {
 	return nil
 }
 
+// flagGiven reports whether the flag called name was on the command line,
+// which tells an explicit zero from the default.
+func flagGiven(fs *flagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
 func cmdPath(fs *flagSet) string {
 	if fs.Name() == "" {
 		return "outboxctl"

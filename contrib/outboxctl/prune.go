@@ -23,10 +23,14 @@ Keep those records at least as long as published events (a replay of an
 event whose record is gone applies its effect again) and longer than the
 transport redelivers (QStash retries for days).
 
-Ages are measured with the database's clock.`
+Ages are measured with the database's clock.
+
+--older-than 0s (or --processed-older-than 0s) means every published event
+(or processed record), including one published this instant, which could
+then be neither inspected nor replayed. It needs --yes; --dry-run does not.`
 
 func (a *app) cmdPrune(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("prune", "--older-than DURATION [--processed [--processed-older-than DURATION]] [--dry-run]", pruneHelp)
+	fs := a.newFlagSet("prune", "--older-than DURATION [--processed [--processed-older-than DURATION]] [--dry-run] [--yes]", pruneHelp)
 	a.registerGlobals(fs)
 	var olderThan, processedOlderThan time.Duration
 	newDurationFlag(fs, &olderThan, "older-than", 0, "delete events published longer ago than this (e.g. 7d, 36h); required")
@@ -34,20 +38,27 @@ func (a *app) cmdPrune(ctx context.Context, args []string) error {
 	processed := fs.Bool("processed", false, "also prune the deduplication table's processed-event records")
 	newDurationFlag(fs, &processedOlderThan, "processed-older-than", 0, "age beyond which processed-event records are deleted (defaults to --older-than)")
 	dryRun := fs.Bool("dry-run", false, "count the published events that would be deleted, delete nothing")
+	yes := fs.Bool("yes", false, "confirm an age of 0s: delete every published event (or processed record)")
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	if olderThan <= 0 {
+	// A zero age is a value, not an absent flag: the flag set knows which.
+	if !flagGiven(fs, "older-than") {
 		return usageError("prune needs --older-than DURATION (e.g. --older-than 7d): how long to keep published events")
 	}
 	if *batch < 1 {
 		return usageError("--batch-size must be at least 1")
 	}
-	if processedOlderThan == 0 {
+	if !flagGiven(fs, "processed-older-than") {
 		processedOlderThan = olderThan
-	}
-	if !*processed && processedOlderThan != olderThan {
+	} else if !*processed {
 		return usageError("--processed-older-than only applies with --processed")
+	}
+	if olderThan == 0 && !*yes && !*dryRun {
+		return usageError("--older-than 0s deletes every published event, including any published this instant, which could then be neither inspected nor replayed: add --yes to do that, or give a longer age such as 7d (--dry-run counts them)")
+	}
+	if *processed && processedOlderThan == 0 && !*yes && !*dryRun {
+		return usageError("--processed-older-than 0s deletes every processed-event record, so consumers would apply a redelivered event again: add --yes to do that, or give a longer age such as 30d")
 	}
 	if *processed && processedOlderThan < olderThan {
 		a.warn("--processed-older-than %s is shorter than --older-than %s: replaying a published event whose processed record is gone applies its effect again",

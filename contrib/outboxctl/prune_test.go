@@ -119,3 +119,53 @@ func TestPruneRefusesOverflowingAge(t *testing.T) {
 	r := cli(t, env(), o.args("prune", "--older-than", "213504d1h")...)
 	wantOneLineError(t, r, exitError, "out of range")
 }
+
+// TestPruneZeroAge: --older-than 0s used to be reported as a missing flag.
+// Zero is a real value, and the most destructive one: every published
+// event, including those published this instant, which nothing could then
+// replay. It is refused unless --yes confirms it.
+func TestPruneZeroAge(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	published, dead := event(t, "published", "", ""), event(t, "dead", "", "")
+	o.add(t, published, dead)
+	o.settle(t, func(e core.Event) core.OutcomeKind {
+		if e.ID == dead.ID {
+			return core.DeadLettered
+		}
+		return core.Published
+	}, "boom")
+	o.insertSQL(t, 1, "pending")
+
+	r := cli(t, env(), o.args("prune")...)
+	wantOneLineError(t, r, exitError, "prune needs --older-than")
+
+	for _, age := range []string{"0s", "0", "0d"} {
+		r = cli(t, env(), o.args("prune", "--older-than", age)...)
+		wantOneLineError(t, r, exitError, "--older-than 0", "every published event", "--yes")
+		if strings.Contains(r.stderr, "needs --older-than") {
+			t.Errorf("--older-than %s is reported as missing: %s", age, r.stderr)
+		}
+	}
+	r = cli(t, env(), o.args("prune", "--older-than", "1d", "--processed", "--processed-older-than", "0s")...)
+	wantOneLineError(t, r, exitError, "--processed-older-than 0", "--yes")
+	if n := o.count(t, "true"); n != 3 {
+		t.Fatalf("a refused prune deleted events: %d left", n)
+	}
+
+	// --dry-run deletes nothing, so it needs no confirmation.
+	r = cli(t, env(), o.args("prune", "--older-than", "0s", "--dry-run")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "would prune 1 event(s)") {
+		t.Errorf("prune --older-than 0s --dry-run: %q", r.stdout)
+	}
+
+	r = cli(t, env(), o.args("prune", "--older-than", "0s", "--yes")...)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "pruned 1 event(s)") || o.count(t, "id = $1", published.ID.String()) != 0 {
+		t.Errorf("prune --older-than 0s --yes: %q", r.stdout)
+	}
+	if n := o.count(t, "true"); n != 2 {
+		t.Errorf("prune --older-than 0s --yes left %d events, want the dead and the pending one", n)
+	}
+}

@@ -60,7 +60,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	newDurationFlag(fs, &cfg.LeaseDuration, "lease", def.LeaseDuration, "how long a claim keeps other relays off its events; must exceed --publish-timeout")
 	newDurationFlag(fs, &cfg.PublishTimeout, "publish-timeout", 0, "bound on one publish call (default 10s, or half of --lease when that is shorter)")
 	newDurationFlag(fs, &cfg.PollInterval, "poll-interval", def.PollInterval, "idle wait between looks for due events when no notification arrives")
-	newDurationFlag(fs, &cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight publishes may finish before they are cancelled and their events released")
+	newDurationFlag(fs, &cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight publishes may finish before they are cancelled and their events released; 0s cancels them at once")
 	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", def.Retry.MaxAttempts, "attempts after which a failing event is dead-lettered")
 	newDurationFlag(fs, &cfg.Retry.InitialBackoff, "initial-backoff", def.Retry.InitialBackoff, "delay after the first failed attempt; it doubles per attempt, with jitter")
 	newDurationFlag(fs, &cfg.Retry.MaxBackoff, "max-backoff", def.Retry.MaxBackoff, "cap on the delay between attempts")
@@ -73,6 +73,11 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	lf.register(fs)
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
+	}
+	if cfg.ShutdownTimeout == 0 && flagGiven(fs, "shutdown-timeout") {
+		// Zero means "default" (10s) to core.RelayConfig and negative
+		// means no grace; an operator who typed 0s meant no grace.
+		cfg.ShutdownTimeout = -1
 	}
 	lf.redact = a.redact
 	logger, err := lf.logger(a.stderr)
@@ -137,7 +142,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration.String(), "publish_timeout", rc.PublishTimeout.String(),
 		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering, "delete_published", *deletePublished)
 	stop := context.AfterFunc(ctx, func() {
-		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", rc.ShutdownTimeout.String())
+		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", max(rc.ShutdownTimeout, 0).String())
 	})
 	defer stop()
 	if err := relay.Run(ctx); err != nil {

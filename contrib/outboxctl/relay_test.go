@@ -184,3 +184,47 @@ func TestRelayDeletePublished(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "the events at the consumer", func() bool { return len(q.got()) == len(ids) })
 }
+
+// TestRelayZeroShutdownTimeout: --shutdown-timeout 0s used to become the
+// library's default of 10s (zero means "default" in core.RelayConfig); it
+// means no grace: in-flight publishes are cancelled at once.
+func TestRelayZeroShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	var publishes atomic.Int32
+	unblock := make(chan struct{})
+	q := newDevQStash(t, func(api http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/v2/keys" {
+				api.ServeHTTP(w, r)
+				return
+			}
+			publishes.Add(1)
+			select {
+			case <-r.Context().Done():
+			case <-unblock:
+			}
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+		})
+	})
+	t.Cleanup(func() { close(unblock) })
+	o.insertSQL(t, 3, "invoice.sent")
+
+	p := start(t, qstashEnv(), q.relayArgs(o, "--lease", "2m", "--publish-timeout", "1m", "--shutdown-timeout", "0s")...)
+	waitFor(t, 20*time.Second, "a publish hanging", func() bool {
+		if p.exited() {
+			t.Fatalf("relay exited early (code %d):\n%s", p.code, p.stderr)
+		}
+		return publishes.Load() >= 1
+	})
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM, want 0:\n%s", code, p.stderr)
+	}
+	if !strings.Contains(p.stderr.String(), `"shutdown_timeout":"0s"`) {
+		t.Errorf("the shutdown did not run with no grace period:\n%s", p.stderr)
+	}
+	if n := o.count(t, "published_at IS NULL AND lease_token IS NOT NULL AND lease_until > now()"); n != 0 {
+		t.Errorf("%d row(s) still leased by the stopped relay", n)
+	}
+}

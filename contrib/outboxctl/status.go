@@ -50,6 +50,10 @@ func (a *app) cmdStatus(ctx context.Context, args []string) error {
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
+	if maxAge == 0 && flagGiven(fs, "max-age") {
+		// Zero used to mean "no check" and exit 0 whatever the outbox held.
+		return usageError("--max-age 0s would call any pending event stale: give the age beyond which the oldest pending event means trouble, such as 5m")
+	}
 	pool, store, err := a.openStore(ctx, 0, postgres.Config{})
 	if err != nil {
 		return err

@@ -89,3 +89,13 @@ func TestStatusCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusZeroMaxAge: --max-age 0s used to turn the check off and exit
+// 0 whatever the outbox held; a check that checks nothing is refused.
+func TestStatusZeroMaxAge(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	o.exec(t, "INSERT INTO "+o.table()+" (id, event_type, payload, created_at) VALUES ($1, 'stale', '{}', now() - interval '2 hours')", core.NewID().String())
+	r := cli(t, env(), o.args("status", "--max-age", "0s")...)
+	wantOneLineError(t, r, exitError, "--max-age")
+}

@@ -160,6 +160,13 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 	w.Write(b)
 }
 
+func writeAPIError(w http.ResponseWriter, e *apiError) {
+	for k, v := range e.header {
+		w.Header()[k] = v
+	}
+	writeError(w, e.status, e.msg)
+}
+
 func writeRejection(w http.ResponseWriter, rej *Rejection) {
 	status := rej.Status
 	if status == 0 {

@@ -101,6 +101,28 @@ type Config struct {
 	// first. QStash keeps entries for days; a dev server needs a bound
 	// instead. Defaults to 10,000.
 	MaxDLQ int
+	// MaxDLQBytes bounds the bytes the dead-letter queue holds: each
+	// entry's body and headers plus its last response's body and headers.
+	// The oldest entries are dropped first, and the newest is always kept.
+	// MaxDLQ alone would let 10,000 maximal messages hold over 10 GiB.
+	// Defaults to 64 × MaxBodyBytes (64 MiB).
+	MaxDLQBytes int64
+
+	// MaxPendingMessages bounds the messages not yet delivered, failed or
+	// cancelled: delayed, queued, waiting for flow control, retrying or in
+	// flight, callbacks included. A publish, enqueue or batch that would
+	// go beyond it is refused whole with 429, a JSON error and
+	// Retry-After: 1, so a publisher backs off as it does for QStash's
+	// quotas; nothing within the bound is refused. Callbacks are never
+	// refused, but count. Defaults to 200,000.
+	MaxPendingMessages int
+	// MaxPendingBytes bounds the body and header bytes of those messages
+	// (a URL-group publish counts once per endpoint), refused in the same
+	// way. A dev server left running under a load test, or fed delayed
+	// messages, would otherwise grow its heap by every byte published.
+	// Defaults to 64 × MaxBodyBytes (64 MiB); it must not be below
+	// MaxBodyBytes.
+	MaxPendingBytes int64
 
 	// Reject, when set, sees every authenticated API request before it is
 	// handled; a non-nil Rejection is answered instead. It lets tests
@@ -176,10 +198,31 @@ func (c Config) WithDefaults() Config {
 	if c.MaxDLQ == 0 {
 		c.MaxDLQ = 10_000
 	}
+	if c.MaxDLQBytes == 0 {
+		c.MaxDLQBytes = timesBodies(64, c.MaxBodyBytes)
+	}
+	if c.MaxPendingMessages == 0 {
+		c.MaxPendingMessages = 200_000
+	}
+	if c.MaxPendingBytes == 0 {
+		c.MaxPendingBytes = timesBodies(64, c.MaxBodyBytes)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	return c
+}
+
+// timesBodies is n maximal bodies in bytes, saturating instead of
+// overflowing, and 0 (left for validate to report) for a negative size.
+func timesBodies(n, maxBody int64) int64 {
+	if maxBody <= 0 {
+		return 0
+	}
+	if maxBody > math.MaxInt64/n {
+		return math.MaxInt64
+	}
+	return n * maxBody
 }
 
 func (c Config) validate() error {
@@ -199,10 +242,16 @@ func (c Config) validate() error {
 		{"MaxDeduplicationKeys", int64(c.MaxDeduplicationKeys)},
 		{"MaxEvents", int64(c.MaxEvents)},
 		{"MaxDLQ", int64(c.MaxDLQ)},
+		{"MaxDLQBytes", c.MaxDLQBytes},
+		{"MaxPendingMessages", int64(c.MaxPendingMessages)},
+		{"MaxPendingBytes", c.MaxPendingBytes},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative: use a positive value, or 0 for the default", f.name))
 		}
+	}
+	if c.MaxPendingBytes > 0 && c.MaxPendingBytes < c.MaxBodyBytes {
+		errs = append(errs, fmt.Errorf("MaxPendingBytes %d is below MaxBodyBytes %d, so a message of the largest size could never be accepted: raise MaxPendingBytes, or leave it 0 for 64 × MaxBodyBytes", c.MaxPendingBytes, c.MaxBodyBytes))
 	}
 	if c.BackoffScale < 0 || math.IsNaN(c.BackoffScale) || math.IsInf(c.BackoffScale, 0) {
 		errs = append(errs, fmt.Errorf("BackoffScale %v is not a finite positive number: use e.g. 0.001 in tests, or 0 for 1", c.BackoffScale))

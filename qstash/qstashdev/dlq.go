@@ -39,6 +39,7 @@ type dlqEntry struct {
 	header   http.Header
 	body     []byte
 	errText  string
+	size     int64 // the message's and the response's bytes, against MaxDLQBytes
 }
 
 func (e *dlqEntry) snapshot() DLQEntry {
@@ -54,22 +55,31 @@ func (e *dlqEntry) snapshot() DLQEntry {
 // dlqStore keeps entries in failure order. Deletes are linear, which is fine
 // at a dev server's DLQ sizes and keeps listing trivially ordered.
 type dlqStore struct {
-	entries []*dlqEntry
-	byID    map[string]*dlqEntry
-	max     int
-	seq     uint64
+	entries  []*dlqEntry
+	byID     map[string]*dlqEntry
+	max      int
+	maxBytes int64
+	bytes    int64 // sum of the entries' size
+	seq      uint64
 }
 
+// add keeps e, dropping the oldest entries while the count or the bytes
+// would go beyond their bounds; e itself is kept even when it alone is
+// over MaxDLQBytes, so the latest failure can always be inspected.
 func (d *dlqStore) add(e *dlqEntry) {
 	d.seq++
 	e.seq = d.seq
-	if len(d.entries) >= d.max {
-		delete(d.byID, d.entries[0].id)
+	e.size = e.msg.size + int64(len(e.body)) + headerBytes(e.header)
+	for len(d.entries) > 0 && (len(d.entries) >= d.max || d.bytes+e.size > d.maxBytes) {
+		old := d.entries[0]
+		delete(d.byID, old.id)
+		d.bytes -= old.size
 		d.entries[0] = nil
 		d.entries = d.entries[1:]
 	}
 	d.entries = append(d.entries, e)
 	d.byID[e.id] = e
+	d.bytes += e.size
 }
 
 func (d *dlqStore) remove(id string) bool {
@@ -78,6 +88,7 @@ func (d *dlqStore) remove(id string) bool {
 		return false
 	}
 	delete(d.byID, id)
+	d.bytes -= e.size
 	for i, x := range d.entries {
 		if x == e {
 			d.entries = append(d.entries[:i], d.entries[i+1:]...)
@@ -124,7 +135,7 @@ func (s *Server) retryDLQLocked(dlqID string) (string, bool) {
 		callback: src.callback, failureCallback: src.failureCallback,
 		callbackOpts: src.callbackOpts, failureOpts: src.failureOpts,
 		fcKey: src.fcKey, fcPar: src.fcPar, fcRate: src.fcRate, fcPeriod: src.fcPeriod,
-		kind: src.kind, sourceMsgID: src.sourceMsgID,
+		kind: src.kind, sourceMsgID: src.sourceMsgID, size: src.size,
 	}
 	if m.queueName != "" {
 		m.queue = s.queueLocked(m.queueName, now)

@@ -127,8 +127,15 @@
 //
 //   - State lives in memory: nothing survives Close, and Shutdown drops
 //     undelivered messages. The event log, the DLQ and the deduplication
-//     index are bounded (Config.MaxEvents, MaxDLQ, MaxDeduplicationKeys)
-//     rather than kept for days.
+//     index are bounded (Config.MaxEvents, MaxDLQ and MaxDLQBytes,
+//     MaxDeduplicationKeys) rather than kept for days; the oldest entries
+//     go first.
+//   - Pending messages (delayed, queued, retrying, in flight) are bounded
+//     too: Config.MaxPendingMessages (200,000) and MaxPendingBytes (body
+//     and header bytes, 64 MiB). A publish, enqueue or batch beyond them
+//     is refused whole with 429, {"error": "..."} and Retry-After: 1, the
+//     answer a publisher already backs off from; callbacks and DLQ retries
+//     are never refused, but count.
 //   - Schedules (/v2/schedules) answer 501, and API destinations ("api/...",
 //     LLM providers) are refused; nothing of outboxkit needs them.
 //   - An attempt times out after Config.Timeout (30s) unless the message

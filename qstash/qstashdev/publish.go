@@ -42,12 +42,14 @@ type publishSpec struct {
 	fcSet      bool // Upstash-Flow-Control-Value was given
 	label      string
 	callerIP   string
+	size       int64 // counted against MaxPendingBytes, per message
 }
 
 // apiError is a request error answered as {"error": msg}.
 type apiError struct {
 	status int
 	msg    string
+	header http.Header // added to the answer (Retry-After)
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -147,6 +149,7 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 	} else if strings.EqualFold(h.Get("Upstash-Content-Based-Deduplication"), "true") {
 		sp.dedupKey = sp.dest + "\x00content\x00" + contentHash(sp)
 	}
+	sp.size = messageSize(sp.body, sp.header)
 	return sp, nil
 }
 
@@ -323,6 +326,9 @@ func (s *Server) submitLocked(sp *publishSpec, now time.Time) (res []publishResu
 		}
 		targets = g.endpoints
 	}
+	if aerr := s.reservePendingLocked(len(targets), sp.size); aerr != nil {
+		return nil, false, aerr
+	}
 	var q *queue
 	if sp.queue != "" {
 		q = s.queueLocked(sp.queue, now)
@@ -341,7 +347,7 @@ func (s *Server) submitLocked(sp *publishSpec, now time.Time) (res []publishResu
 			method: sp.method, header: sp.header, body: sp.body, maxRetries: sp.maxRetries,
 			retryDelay: sp.retryDelay, timeout: sp.timeout, notBefore: notBefore, createdAt: now,
 			callerIP: sp.callerIP, label: sp.label, callback: sp.callback, failureCallback: sp.failureCB,
-			callbackOpts: sp.cbOpts, failureOpts: sp.fcbOpts,
+			callbackOpts: sp.cbOpts, failureOpts: sp.fcbOpts, size: sp.size,
 			fcKey: sp.fcKey, fcPar: sp.fcPar, fcRate: sp.fcRate, fcPeriod: sp.fcPeriod,
 		}
 		if !sp.isURL {
@@ -380,7 +386,7 @@ func (s *Server) handlePublish(w http.ResponseWriter, r *http.Request, dest, que
 	res, deduped, aerr := s.submitLocked(sp, s.clock.Now())
 	s.mu.Unlock()
 	if aerr != nil {
-		writeError(w, aerr.status, aerr.msg)
+		writeAPIError(w, aerr)
 		return
 	}
 	status := http.StatusOK
@@ -482,6 +488,11 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	out := make([]any, len(items))
 	s.mu.Lock()
 	now := s.clock.Now()
+	if aerr := s.reserveBatchLocked(specs, now); aerr != nil {
+		s.mu.Unlock()
+		writeAPIError(w, aerr)
+		return
+	}
 	for i, sp := range specs {
 		if sp == nil {
 			continue

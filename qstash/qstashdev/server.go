@@ -47,20 +47,22 @@ type Server struct {
 	keys     SigningKeys
 	messages map[string]*message
 	pending  int // messages not yet delivered, failed or cancelled
-	inflight int
-	ready    deque[*message]
-	timers   timerHeap
-	timerSeq uint64
-	queues   map[string]*queue
-	groups   map[string]*urlGroup
-	flows    map[string]*flowKey
-	urls     map[string]*url.URL // parsed destinations
-	dedup    dedupIndex
-	events   eventLog
-	dlq      dlqStore
-	idleCh   chan struct{} // closed when pending reaches 0; made on demand
-	changed  chan struct{} // closed on any recorded change; made on demand
-	servers  []*http.Server
+	// pendingBytes is the size (messageSize) of those messages.
+	pendingBytes int64
+	inflight     int
+	ready        deque[*message]
+	timers       timerHeap
+	timerSeq     uint64
+	queues       map[string]*queue
+	groups       map[string]*urlGroup
+	flows        map[string]*flowKey
+	urls         map[string]*url.URL // parsed destinations
+	dedup        dedupIndex
+	events       eventLog
+	dlq          dlqStore
+	idleCh       chan struct{} // closed when pending reaches 0; made on demand
+	changed      chan struct{} // closed on any recorded change; made on demand
+	servers      []*http.Server
 }
 
 // New returns a running server: its delivery workers and scheduler start
@@ -85,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 		urls:     make(map[string]*url.URL),
 		dedup:    dedupIndex{entries: make(map[string]*dedupEntry), max: cfg.MaxDeduplicationKeys},
 		events:   eventLog{buf: make([]Event, 0, min(cfg.MaxEvents, 1024)), max: cfg.MaxEvents},
-		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ},
+		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ, maxBytes: cfg.MaxDLQBytes},
 	}
 	s.workCond = sync.NewCond(&s.mu)
 	s.signer.Store(newSigner(cfg.CurrentSigningKey))

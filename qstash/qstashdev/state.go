@@ -56,6 +56,7 @@ type message struct {
 	fcPeriod    time.Duration
 	kind        msgKind
 	sourceMsgID string // for callbacks: the message whose attempt they report
+	size        int64  // body and header bytes, counted against MaxPendingBytes
 
 	// --- guarded by Server.mu ---
 	state           msgState
@@ -216,6 +217,7 @@ func (s *Server) createLocked(m *message, now time.Time) {
 	}
 	s.messages[m.id] = m
 	s.pending++
+	s.pendingBytes += m.size
 	s.recordLocked(m, StateCreated, now, "", time.Time{}, 0)
 	if q := m.queue; q != nil {
 		q.unfinished++
@@ -354,6 +356,7 @@ func (s *Server) finishLocked(m *message, now time.Time) {
 		}
 	}
 	s.pending--
+	s.pendingBytes -= m.size
 	if s.pending == 0 && s.idleCh != nil {
 		close(s.idleCh)
 		s.idleCh = nil

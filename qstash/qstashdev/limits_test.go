@@ -1,0 +1,173 @@
+package qstashdev_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/qstash/qstashdev"
+)
+
+// wantPendingRefused checks a 429 answer for a full server: a JSON error,
+// and a Retry-After a publisher's back-off can follow.
+func wantPendingRefused(t *testing.T, what string, status int, header http.Header, body []byte) {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	if status != http.StatusTooManyRequests || json.Unmarshal(body, &e) != nil || e.Error == "" ||
+		header.Get("Content-Type") != "application/json" || header.Get("Retry-After") == "" {
+		t.Fatalf("%s: %d %v %s, want 429 with a JSON error and Retry-After", what, status, header, body)
+	}
+}
+
+func TestPendingMessageCap(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	h := newHarness(t, qstashdev.Config{Clock: clock, MaxPendingMessages: 3})
+	dst := newSink(t, nil)
+	delayed := hdr("Upstash-Delay", "1m")
+	for range 3 {
+		h.publish(dst.url("/p"), delayed, "x")
+	}
+	status, header, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/p"), delayed, "x")
+	wantPendingRefused(t, "4th pending message", status, header, b)
+	status, header, b = h.do(http.MethodPost, "/v2/batch", nil, `[{"destination":"`+dst.url("/b")+`","body":"y"}]`)
+	wantPendingRefused(t, "batch beyond the cap", status, header, b)
+	if n := len(h.srv.Messages()); n != 3 {
+		t.Fatalf("%d messages pending, want 3", n)
+	}
+
+	// Delivered messages free their places.
+	clock.waitTimer(t, clock.Now().Add(time.Minute))
+	clock.Advance(time.Minute)
+	h.waitIdle()
+	for range 3 {
+		h.publish(dst.url("/again"), nil, "z")
+	}
+	h.waitIdle()
+	if n := dst.count(); n != 6 {
+		t.Fatalf("%d deliveries, want 6", n)
+	}
+}
+
+func TestPendingBytesCap(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	h := newHarness(t, qstashdev.Config{Clock: clock, MaxBodyBytes: 100, MaxPendingBytes: 250})
+	dst := newSink(t, nil)
+	delayed := hdr("Upstash-Delay", "1m")
+	publish := func(header http.Header, n int) (int, http.Header, []byte) {
+		t.Helper()
+		hh := delayed.Clone()
+		for k, v := range header {
+			hh[k] = v
+		}
+		return h.do(http.MethodPost, "/v2/publish/"+dst.url("/p"), hh, strings.Repeat("b", n))
+	}
+	if s, _, b := publish(nil, 100); s != http.StatusOK {
+		t.Fatalf("100 bytes: %d %s", s, b)
+	}
+	first := h.srv.Messages()[0].ID
+	if s, _, b := publish(nil, 100); s != http.StatusOK {
+		t.Fatalf("200 bytes: %d %s", s, b)
+	}
+	s, hd, b := publish(nil, 51)
+	wantPendingRefused(t, "251 bytes pending", s, hd, b)
+	if s, _, b := publish(nil, 50); s != http.StatusOK {
+		t.Fatalf("exactly 250 bytes pending: %d %s, want 200", s, b)
+	}
+
+	// Forwarded headers count too: "X" and "123456789" are 10 bytes.
+	if !h.srv.Cancel(first) {
+		t.Fatal("cancel failed")
+	}
+	withHeader := hdr("Upstash-Forward-X", "123456789")
+	s, hd, b = publish(withHeader, 91)
+	wantPendingRefused(t, "251 bytes with a header", s, hd, b)
+	if s, _, b := publish(withHeader, 90); s != http.StatusOK {
+		t.Fatalf("250 bytes with a header: %d %s, want 200", s, b)
+	}
+
+	// A batch is taken whole or refused whole.
+	if status, _, b := h.do(http.MethodDelete, "/v2/messages", nil, ""); status != http.StatusOK {
+		t.Fatalf("cancel all: %d %s", status, b)
+	}
+	h.waitIdle()
+	item := func(n int) string {
+		return `{"destination":"` + dst.url("/b") + `","headers":{"Upstash-Delay":"1m"},"body":"` + strings.Repeat("c", n) + `"}`
+	}
+	s, hd, b = h.do(http.MethodPost, "/v2/batch", nil, "["+item(100)+","+item(100)+","+item(51)+"]")
+	wantPendingRefused(t, "batch of 251 bytes", s, hd, b)
+	if n := len(h.srv.Messages()); n != 0 {
+		t.Fatalf("a refused batch left %d messages pending", n)
+	}
+	if s, _, b := h.do(http.MethodPost, "/v2/batch", nil, "["+item(100)+","+item(100)+","+item(50)+"]"); s != http.StatusOK || strings.Contains(string(b), "error") {
+		t.Fatalf("batch of 250 bytes: %d %s, want 200", s, b)
+	}
+	if n := len(h.srv.Messages()); n != 3 {
+		t.Fatalf("%d messages pending after the batch, want 3", n)
+	}
+
+	// A URL-group publish counts once per endpoint.
+	if status, _, b := h.do(http.MethodDelete, "/v2/messages", nil, ""); status != http.StatusOK {
+		t.Fatalf("cancel all: %d %s", status, b)
+	}
+	h.waitIdle()
+	eps := `{"endpoints":[{"url":"` + dst.url("/1") + `"},{"url":"` + dst.url("/2") + `"},{"url":"` + dst.url("/3") + `"}]}`
+	if status, _, b := h.do(http.MethodPost, "/v2/topics/fan/endpoints", nil, eps); status != http.StatusOK {
+		t.Fatalf("create group: %d %s", status, b)
+	}
+	s, hd, b = h.do(http.MethodPost, "/v2/publish/fan", delayed, strings.Repeat("g", 84))
+	wantPendingRefused(t, "3 × 84 bytes", s, hd, b)
+	if s, _, b := h.do(http.MethodPost, "/v2/publish/fan", delayed, strings.Repeat("g", 83)); s != http.StatusOK {
+		t.Fatalf("3 × 83 bytes: %d %s, want 200", s, b)
+	}
+}
+
+// With the defaults, a stream of maximal delayed messages stops at
+// 64 MiB instead of growing the heap by every megabyte sent.
+func TestDefaultPendingBytesCap(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, qstashdev.Config{Clock: newFakeClock()})
+	dst := newSink(t, nil)
+	body := strings.Repeat("m", 1<<20)
+	accepted := 0
+	for range 70 {
+		status, header, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/big"), hdr("Upstash-Delay", "1h"), body)
+		if status == http.StatusOK {
+			accepted++
+			continue
+		}
+		wantPendingRefused(t, "a maximal message beyond the default cap", status, header, b)
+		break
+	}
+	if accepted != 64 {
+		t.Fatalf("%d maximal messages accepted, want 64 (64 MiB)", accepted)
+	}
+}
+
+// The DLQ holds whole messages and their last responses; a count bound
+// alone lets 10,000 maximal entries hold gigabytes.
+func TestDLQBytesCap(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, qstashdev.Config{MaxBodyBytes: 100, MaxDLQBytes: 1000})
+	dst := newSink(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+		w.Header().Set("Upstash-NonRetryable-Error", "true")
+		w.WriteHeader(489)
+	})
+	var last string
+	for range 30 {
+		last = h.publish(dst.url("/dead"), nil, strings.Repeat("d", 100))
+		h.waitIdle()
+	}
+	dlq := h.srv.DLQ()
+	if len(dlq) == 0 || len(dlq) >= 10 {
+		t.Fatalf("DLQ holds %d entries of 100 bytes and more, want 1 to 9 within 1000 bytes", len(dlq))
+	}
+	if dlq[len(dlq)-1].Message.ID != last {
+		t.Fatalf("newest DLQ entry is %s, want %s: the oldest go first", dlq[len(dlq)-1].Message.ID, last)
+	}
+}

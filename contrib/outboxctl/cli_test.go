@@ -24,7 +24,7 @@ func TestHelpListsEveryCommandAndFlag(t *testing.T) {
 		"dlq show":        {"--id", "--json"},
 		"dlq replay":      {"--id", "--all"},
 		"dlq purge":       {"--id", "--all", "--yes"},
-		"replay":          {"--id", "--type", "--aggregate", "--since", "--until", "--dead-only", "--all"},
+		"replay":          {"--id", "--type", "--aggregate", "--since", "--until", "--dead-only", "--all", "--transport"},
 		"prune":           {"--older-than", "--processed", "--processed-older-than", "--batch-size", "--dry-run", "--yes"},
 		"qstash-dev":      {"--addr"},
 		"help relay":      {"--transport"},

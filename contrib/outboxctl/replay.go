@@ -23,7 +23,13 @@ restart at 0. Pending and in-flight events are never touched.
 
 --aggregate takes TYPE/ID; "order/" matches every order, "/42" the ID 42 of
 any type. --since is inclusive, --until exclusive, both on created_at.
-At least one criterion (or --all) is required.`
+At least one criterion (or --all) is required.
+
+Transports that deduplicate on the event ID drop a replayed event published
+shortly before: QStash for 10 minutes, NATS JetStream for its stream's
+duplicate window (2 minutes by default). replay counts those events and
+warns; --transport names the relays' transport (qstash, as for relay, by
+default).`
 
 // replayChunk bounds the IDs replayed per statement, so a long --id list
 // shows progress and no statement holds thousands of row locks.
@@ -40,8 +46,15 @@ func (a *app) cmdReplay(ctx context.Context, args []string) error {
 	until := fs.String("until", "", "only events created before this RFC 3339 `time`")
 	deadOnly := fs.Bool("dead-only", false, "only dead-lettered events (not published ones)")
 	all := fs.Bool("all", false, "with no other criterion: replay every published and dead-lettered event")
+	transport := fs.String("transport", "qstash", "the relays' `transport` (qstash, nats or amqp): replay warns about the events it will drop as duplicates")
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
+	}
+	*transport = strings.ToLower(*transport)
+	switch *transport {
+	case "qstash", "nats", "amqp":
+	default:
+		return usageError(fmt.Sprintf("--transport %q: use qstash, nats or amqp, the transport your relays use", *transport))
 	}
 	f := core.ReplayFilter{Types: types, DeadOnly: *deadOnly, All: *all}
 	var err error
@@ -72,6 +85,14 @@ func (a *app) cmdReplay(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	var recent recentCount
+	if window, _ := dedupWindow(*transport); window > 0 {
+		// Counted before the replay clears published_at. A relay may
+		// publish a matching event in between: the count is a floor.
+		if recent, err = a.recentlyPublished(ctx, pool, f, window); err != nil {
+			return err
+		}
+	}
 	n, err := a.replay(ctx, store, f)
 	if err != nil {
 		return err
@@ -81,6 +102,7 @@ func (a *app) cmdReplay(ctx context.Context, args []string) error {
 		what = "dead-lettered"
 	}
 	fmt.Fprintf(a.stdout, "replayed %d %s event(s); IDs kept, so consumers skip those they already applied\n", n, what)
+	a.warnDeduplicated(*transport, n, recent)
 	return nil
 }
 

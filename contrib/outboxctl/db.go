@@ -82,26 +82,55 @@ func (a *app) migrator(pool *pgxpool.Pool) (*postgres.Migrator, error) {
 	return m, nil
 }
 
-// checkMigrated fails with the migrate hint when any migration is missing,
-// so a relay refuses to start on a schema it would fail on at every poll.
-func (a *app) checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {
+// migrationState is which of the migrations this outboxctl knows the
+// schema has applied (status --json prints it).
+type migrationState struct {
+	Applied int   `json:"applied"`
+	Known   int   `json:"known"`
+	Missing []int `json:"missing"`
+	// Current is true when nothing is missing; relays refuse to start
+	// otherwise.
+	Current bool `json:"current"`
+}
+
+// migrationState reads the schema's applied migration versions; it works
+// on a schema where migrate never ran (everything is missing).
+func (a *app) migrationState(ctx context.Context, pool *pgxpool.Pool) (migrationState, error) {
 	m, err := a.migrator(pool)
 	if err != nil {
-		return err
+		return migrationState{}, err
 	}
 	st, err := m.Status(ctx)
 	if err != nil {
-		return a.dbError(err)
+		return migrationState{}, a.dbError(err)
 	}
-	var missing []int
+	ms := migrationState{Known: len(st), Missing: []int{}}
 	for _, s := range st {
-		if !s.Applied {
-			missing = append(missing, s.Version)
+		if s.Applied {
+			ms.Applied++
+		} else {
+			ms.Missing = append(ms.Missing, s.Version)
 		}
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("schema %q (table %q) at %s lacks migration(s) %v: run `outboxctl migrate --schema %s --table %s` first",
-			a.g.schema, a.g.table, displayURL(a.g.databaseURL), missing, a.g.schema, a.g.table)
+	ms.Current = len(ms.Missing) == 0
+	return ms, nil
+}
+
+// notMigrated is the error for a schema that lacks migrations.
+func (a *app) notMigrated(ms migrationState) error {
+	return fmt.Errorf("schema %q (table %q) at %s lacks migration(s) %v: run `outboxctl migrate --schema %s --table %s` first",
+		a.g.schema, a.g.table, displayURL(a.g.databaseURL), ms.Missing, a.g.schema, a.g.table)
+}
+
+// checkMigrated fails with the migrate hint when any migration is missing,
+// so a relay refuses to start on a schema it would fail on at every poll.
+func (a *app) checkMigrated(ctx context.Context, pool *pgxpool.Pool) error {
+	ms, err := a.migrationState(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if !ms.Current {
+		return a.notMigrated(ms)
 	}
 	return nil
 }

@@ -34,8 +34,9 @@
 // do>", with passwords and tokens redacted; never a stack trace. Exit codes
 // are 0 for success, 1 when a check failed (status --max-age found the
 // oldest pending event too old), and 2 for every error (bad flags,
-// unreachable services, failed operations), so a probe can tell an unhealthy
-// outbox from a broken check.
+// unreachable services, failed operations, a schema that lacks migrations,
+// which status reports too), so a probe can tell an unhealthy outbox from a
+// broken check.
 //
 // On a terminal, prune and replay draw a progress line; otherwise they print
 // a plain line at most once a second.

@@ -18,6 +18,9 @@ of the oldest one, events leased by a relay right now, dead-lettered events,
 and how many pending events have been tried how many times. Ages are
 measured with the database's clock.
 
+It also reports the schema's migrations, and exits 2 when some are missing
+(after a migrate down, or before migrate ran): relays refuse to start then.
+
 With --max-age, status is a health check: it exits 1 when the oldest pending
 event has waited longer than the given duration (relays stuck, too slow or
 not running), 0 otherwise, and 2 when it cannot tell (database unreachable,
@@ -39,6 +42,7 @@ type statusJSON struct {
 	Attempts                map[string]int64 `json:"attempts"`
 	MaxAgeSeconds           *float64         `json:"max_age_seconds,omitempty"`
 	Healthy                 *bool            `json:"healthy,omitempty"`
+	Migrations              migrationState   `json:"migrations"`
 }
 
 func (a *app) cmdStatus(ctx context.Context, args []string) error {
@@ -59,8 +63,17 @@ func (a *app) cmdStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pool.Close()
+	// A schema behind its migrations makes relays refuse to start, so
+	// status must not call it healthy.
+	ms, err := a.migrationState(ctx, pool)
+	if err != nil {
+		return err
+	}
 	st, err := store.Stats(ctx)
 	if err != nil {
+		if !ms.Current {
+			return a.notMigrated(ms)
+		}
 		return a.dbError(err)
 	}
 	stale := maxAge > 0 && st.OldestPendingAge > maxAge
@@ -70,7 +83,8 @@ func (a *app) cmdStatus(ctx context.Context, args []string) error {
 			Schema: a.g.schema, Table: a.g.table,
 			Pending: st.Pending, OldestPendingAgeSeconds: st.OldestPendingAge.Seconds(),
 			Leased: st.Leased, DeadLettered: st.DeadLettered,
-			Attempts: make(map[string]int64, len(st.Attempts)),
+			Attempts:   make(map[string]int64, len(st.Attempts)),
+			Migrations: ms,
 		}
 		if !st.OldestPendingAt.IsZero() {
 			t := st.OldestPendingAt.UTC()
@@ -87,7 +101,10 @@ func (a *app) cmdStatus(ctx context.Context, args []string) error {
 			return err
 		}
 	} else {
-		a.printStatus(st)
+		a.printStatus(st, ms)
+	}
+	if !ms.Current {
+		return a.notMigrated(ms)
 	}
 	if stale {
 		return checkFailed("the oldest pending event has waited %s, over --max-age %s: check that relays run and can reach the transport",
@@ -96,7 +113,7 @@ func (a *app) cmdStatus(ctx context.Context, args []string) error {
 	return nil
 }
 
-func (a *app) printStatus(st core.Stats) {
+func (a *app) printStatus(st core.Stats, ms migrationState) {
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "outbox:\t%s.%s\n", a.g.schema, a.g.table)
 	fmt.Fprintf(tw, "pending:\t%d\n", st.Pending)
@@ -108,6 +125,11 @@ func (a *app) printStatus(st core.Stats) {
 	fmt.Fprintf(tw, "leased:\t%d\n", st.Leased)
 	fmt.Fprintf(tw, "dead-lettered:\t%d\n", st.DeadLettered)
 	fmt.Fprintf(tw, "attempts:\t%s\n", attemptsLine(st.Attempts))
+	fmt.Fprintf(tw, "migrations:\t%d of %d applied", ms.Applied, ms.Known)
+	if !ms.Current {
+		fmt.Fprintf(tw, "; missing %v: relays refuse to start", ms.Missing)
+	}
+	fmt.Fprintln(tw)
 	_ = tw.Flush()
 }
 

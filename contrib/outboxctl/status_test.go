@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 func TestStatusMaxAgeExitCodes(t *testing.T) {
@@ -98,4 +101,57 @@ func TestStatusZeroMaxAge(t *testing.T) {
 	o.exec(t, "INSERT INTO "+o.table()+" (id, event_type, payload, created_at) VALUES ($1, 'stale', '{}', now() - interval '2 hours')", core.NewID().String())
 	r := cli(t, env(), o.args("status", "--max-age", "0s")...)
 	wantOneLineError(t, r, exitError, "--max-age")
+}
+
+// TestStatusReportsMigrationState: after `migrate down`, relay refuses to
+// start, yet status used to exit 0. It reports the migration state and
+// exits 2 while the schema is behind, 0 once it is current.
+func TestStatusReportsMigrationState(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	m, err := postgres.NewMigrator(o.pool, &postgres.MigrateConfig{Schema: o.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := len(m.Migrations())
+	o.insertSQL(t, 1, "pending")
+
+	r := cli(t, env(), o.args("status")...)
+	wantOK(t, r)
+	if want := fmt.Sprintf("migrations:          %d of %d applied", known, known); !strings.Contains(r.stdout, want) {
+		t.Errorf("status lacks %q:\n%s", want, r.stdout)
+	}
+	r = cli(t, env(), o.args("status", "--json")...)
+	wantOK(t, r)
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Migrations.Applied != known || st.Migrations.Known != known || len(st.Migrations.Missing) != 0 || !st.Migrations.Current {
+		t.Errorf("status --json migrations = %+v", st.Migrations)
+	}
+
+	for _, to := range []int{known - 1, 1} {
+		wantOK(t, cli(t, env(), o.args("migrate", "down", "--to", strconv.Itoa(to), "--yes")...))
+		r = cli(t, env(), o.args("status")...)
+		wantOneLineError(t, r, exitError, "lacks migration(s)", "outboxctl migrate --schema "+o.schema)
+		if want := fmt.Sprintf("migrations:          %d of %d applied", to, known); !strings.Contains(r.stdout, want) {
+			t.Errorf("after migrate down --to %d, status lacks %q:\n%s", to, want, r.stdout)
+		}
+		r = cli(t, env(), o.args("status", "--json", "--max-age", "1h")...)
+		wantOneLineError(t, r, exitError, "lacks migration(s)")
+		st = statusJSON{}
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+			t.Fatalf("status --json after migrate down: %v\n%s", err, r.stdout)
+		}
+		if st.Migrations.Applied != to || st.Migrations.Current || len(st.Migrations.Missing) != known-to || st.Migrations.Missing[0] != to+1 {
+			t.Errorf("status --json migrations after migrate down --to %d = %+v", to, st.Migrations)
+		}
+		// The relay agrees.
+		r = cli(t, env(), o.args("relay", "--qstash-token", "x", "--destination", "https://example.com/hook", "--drain")...)
+		wantOneLineError(t, r, exitError, "lacks migration(s)")
+	}
+
+	wantOK(t, cli(t, env(), o.args("migrate")...))
+	wantOK(t, cli(t, env(), o.args("status")...))
 }

@@ -83,6 +83,7 @@ func run(ctx context.Context, target string, n int, out io.Writer) error {
 
 	// 3. Events written as usual; with PostgreSQL, in the business
 	// transaction.
+	ids := make([]core.ID, 0, n)
 	for i := range n {
 		typ := "order.placed"
 		if i == n-1 {
@@ -96,6 +97,7 @@ func run(ctx context.Context, target string, n int, out io.Writer) error {
 		if err := store.Add(ctx, e); err != nil {
 			return err
 		}
+		ids = append(ids, e.ID)
 	}
 
 	// Wait until every event is published or dead-lettered.
@@ -119,9 +121,40 @@ func run(ctx context.Context, target string, n int, out io.Writer) error {
 	if err := <-done; err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "events written: %d\ndelivered: %d\ndead-lettered: %d (refused by the endpoint with a 4xx)\n",
-		n, n-int(st.DeadLettered), st.DeadLettered)
+	fmt.Fprintf(out, "events written: %d\ndelivered: %d\ndead-lettered: %d\n", n, n-int(st.DeadLettered), st.DeadLettered)
+	printDeadLetters(out, store, ids)
 	return nil
+}
+
+// printDeadLetters says why events were dead-lettered, from their records:
+// a 4xx is dead-lettered at once, an unreachable endpoint only after
+// MaxAttempts, and the two call for different fixes. Equal reasons are
+// counted together.
+func printDeadLetters(out io.Writer, store *memory.Store, ids []core.ID) {
+	type reason struct {
+		err      string
+		attempts int
+	}
+	count := map[reason]int{}
+	var order []reason
+	for _, id := range ids {
+		st, ok := store.Get(id)
+		if !ok || st.DeadAt.IsZero() {
+			continue
+		}
+		r := reason{st.LastError, st.Event.Attempts}
+		if count[r] == 0 {
+			order = append(order, r)
+		}
+		count[r]++
+	}
+	for _, r := range order {
+		plural := "s"
+		if r.attempts == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(out, "  %d × %s (after %d attempt%s)\n", count[r], r.err, r.attempts, plural)
+	}
 }
 
 // logPublishes is a PublisherMiddleware of our own: a log line per batch.

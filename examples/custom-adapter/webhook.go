@@ -128,8 +128,10 @@ func (p *WebhookPublisher) post(ctx context.Context, e *core.Event) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(e.Payload))
 	if err != nil {
-		// A request that cannot be built never will be.
-		return core.Permanent(fmt.Errorf("webhook: event %s: %w", e.ID, err))
+		// A request that cannot be built never will be. The error is the
+		// event's own outcome and dead-letter record: it names no ID, so
+		// equal failures read the same.
+		return core.Permanent(fmt.Errorf("webhook: cannot build the request: %w", err))
 	}
 	for k, v := range p.header {
 		req.Header[k] = v
@@ -141,7 +143,7 @@ func (p *WebhookPublisher) post(ctx context.Context, e *core.Event) error {
 
 	resp, err := p.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("webhook: event %s: %w", e.ID, err) // transient
+		return fmt.Errorf("webhook: cannot reach the endpoint: %w", err) // transient
 	}
 	// Drain (a bounded amount) so the connection is reused.
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -221,5 +222,31 @@ func TestExampleRuns(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// TestExampleReportsWhatHappened: pointed at an endpoint that is not
+// there, the program used to report its dead letters as "refused by the
+// endpoint with a 4xx". It reports each dead letter's real reason.
+func TestExampleReportsWhatHappened(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String() + "/hooks"
+	ln.Close() // nothing listens there now: connection refused
+
+	var out bytes.Buffer
+	if err := run(context.Background(), closed, 3, &out); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	for _, want := range []string{"events written: 3", "delivered: 0", "dead-lettered: 3", "3 × webhook: cannot reach the endpoint", "connection refused", "after 5 attempts"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "4xx") {
+		t.Errorf("an unreachable endpoint is reported as a 4xx:\n%s", got)
 	}
 }

@@ -31,7 +31,8 @@ const (
 type Config struct {
 	// Token is the bearer token every API request must carry (header
 	// "Authorization: Bearer <token>" or query parameter qstash_token).
-	// Defaults to DefaultToken.
+	// Defaults to DefaultToken, which is public: Serve and ListenAndServe
+	// then refuse addresses other than loopback.
 	Token string
 	// CurrentSigningKey signs every delivery. Defaults to
 	// DefaultCurrentSigningKey.

@@ -36,7 +36,9 @@
 //	go run ./contrib/outboxctl qstash-dev --addr 127.0.0.1:8080
 //
 // serves the API on an address and prints the credentials. ListenAndServe
-// and Serve do the same from Go.
+// and Serve do the same from Go. DefaultToken is public, so with it they
+// serve on loopback only; any other address (0.0.0.0 in a container) needs
+// Config.Token (outboxctl qstash-dev --token), or fails with ErrPublicToken.
 //
 // # API
 //

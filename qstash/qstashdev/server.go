@@ -126,8 +126,14 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveAPI) }
 
 // Serve answers the API on ln until Shutdown or Close, then returns
-// http.ErrServerClosed.
+// http.ErrServerClosed. With DefaultToken it serves only on loopback: on
+// any other address it closes ln and returns ErrPublicToken (see
+// CheckListenAddr).
 func (s *Server) Serve(ln net.Listener) error {
+	if err := s.CheckListenAddr(ln.Addr()); err != nil {
+		ln.Close()
+		return err
+	}
 	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn)}
 	s.mu.Lock()
 	if s.stopping {
@@ -141,7 +147,7 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // ListenAndServe listens on addr (DefaultAddr if empty) and serves the API
-// until ctx is done, then shuts down gracefully, giving attempts in flight
+// (on loopback only with DefaultToken, see Serve) until ctx is done, then shuts down gracefully, giving attempts in flight
 // up to 10 seconds. The server is stopped when it returns, whatever the
 // reason; the error is nil after a shutdown caused by ctx.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {

@@ -2,7 +2,13 @@
 // migrations, runs relays, checks health, and manages dead letters, replays
 // and retention.
 //
-// Install it with
+// Until the module is published, install it from a clone, at the
+// repository's root (README.md, Install):
+//
+//	git clone https://github.com/outboxkit/outboxkit && cd outboxkit
+//	go install ./contrib/outboxctl
+//
+// Once it is published:
 //
 //	go install github.com/outboxkit/outboxkit/contrib/outboxctl@latest
 //

@@ -33,7 +33,7 @@ func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Helper()
 	cfg, err := pgxpool.ParseConfig(URL())
 	if err != nil {
-		tb.Fatalf("pgtest: parse DATABASE_URL: %v", err)
+		tb.Fatalf("pgtest: parse DATABASE_URL: %s", redact(err.Error()))
 	}
 	if maxConns <= 0 {
 		maxConns = 8
@@ -46,7 +46,7 @@ func Pool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 		err = pool.Ping(ctx)
 	}
 	if err != nil {
-		tb.Fatalf("pgtest: PostgreSQL at %s is unreachable (%v): start it (CI's .ci/run does) or set DATABASE_URL", redact(URL()), err)
+		tb.Fatalf("pgtest: PostgreSQL at %s is unreachable (%s): start it (CI's .ci/run does) or set DATABASE_URL", redact(URL()), redactWith(err.Error(), URL()))
 	}
 	tb.Cleanup(pool.Close)
 	return pool
@@ -83,3 +83,7 @@ func NewSchemaName(prefix string) string {
 // redact hides the credentials of a database URL or connection string in a
 // failure message; test logs are kept and shared like any other.
 func redact(u string) string { return redaction.String(u, redaction.Secrets(u)...) }
+
+// redactWith hides the credentials of conn wherever s quotes them: pgx's
+// errors can echo parts of the connection string.
+func redactWith(s, conn string) string { return redaction.String(s, redaction.Secrets(conn)...) }

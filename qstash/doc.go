@@ -21,10 +21,14 @@
 // MaxBatchSize events); a single event is one POST /v2/publish (or
 // /v2/enqueue when its Target has a Queue). Each message carries:
 //
-//   - the payload as its body, unchanged;
-//   - the event as CloudEvents binary-mode headers (ce-id, ce-type, ...,
-//     traceparent, custom ce-x-* headers), each sent as
-//     Upstash-Forward-<name> so QStash delivers it as <name>;
+//   - the event as a CloudEvents structured-mode JSON document (Content-Type
+//     application/cloudevents+json): id, type, source, time, subject (the
+//     aggregate ID), aggregatetype, schemaversion, sequence, traceparent,
+//     tracestate, custom headers and the payload as "data", all in the body
+//     QStash signs (EncodeStructuredEvent). PublisherConfig.ContentMode
+//     BinaryMode sends the payload as the body instead, and the attributes
+//     as CloudEvents binary-mode headers (ce-id, ce-type, ...), each sent as
+//     Upstash-Forward-<name>, which QStash delivers but does not sign;
 //   - Upstash-Deduplication-Id = the event ID, so a relay that republishes
 //     after a crash is deduplicated by QStash within its 10-minute window
 //     (the consumer's Deduper covers the rest);
@@ -105,6 +109,16 @@
 //
 // # What is verified, and why
 //
+// QStash signs two things about a delivery: the URL it was sent to (the
+// token's sub claim) and the body (its SHA-256, the body claim). Headers,
+// forwarded ones included, are not signed. So the Receiver reads the event
+// from the body alone: a structured-mode document whose ID, type, source,
+// aggregate, sequence, schema version, time, trace context and custom
+// headers are all covered by the signature; ce-* headers on the request are
+// ignored. A binary-mode delivery, whose attributes would come from those
+// unsigned headers, is answered 415 unless ReceiverConfig.AllowBinaryMode
+// accepts the risk.
+//
 // Anyone can POST to a public endpoint; only QStash holds the signing keys.
 // Verifier accepts an Upstash-Signature only if it is an HS256 JWT (no other
 // algorithm, so "none" and key-confusion tricks are out) whose HMAC matches
@@ -120,22 +134,33 @@
 // points except the body hash.
 //
 // A valid signature proves the request came from QStash, not that it is
-// new: QStash retries, and relays may publish an event twice. That is what
-// the Deduper is for, keyed by the event ID, never by QStash's message ID
-// (which changes on republish).
+// new. Whoever captures a delivery can send its token and body again until
+// the token expires; QStash signs every attempt with a token of its own
+// (each with a unique jti), so the Receiver's ReplayGuard accepts a token
+// once and answers a second presentation 401. The default guard is in
+// memory, per process; instances of one consumer share one
+// (postgres.TokenGuard) so that a replay sent to another instance is caught
+// too. QStash still retries, and relays may publish an event twice, under
+// fresh tokens: that is what the Deduper is for, keyed by the event ID from
+// the signed body, never by QStash's message ID (which changes on
+// republish).
 //
 // # Status codes
 //
 //	Status  When                                          QStash then          Effect
 //	200     effect committed now                          done                 applied
 //	200     event already recorded by the Deduper         done                 none (duplicate)
-//	400     CloudEvents headers missing or malformed      retries, then DLQ    none
-//	401     signature missing or invalid                  retries, then DLQ    none
+//	400     CloudEvents document (or, in binary mode,     retries, then DLQ    none
+//	        headers) missing or malformed
+//	401     signature missing or invalid, or its token    retries, then DLQ    none
+//	        already accepted (a replay)
 //	405     not a POST                                    retries, then DLQ    none
 //	413     body over MaxBodyBytes                        retries, then DLQ    none
+//	415     not structured mode, AllowBinaryMode off      retries, then DLQ    none
 //	489     handler returned core.Permanent               DLQ at once          rolled back
 //	        (with Upstash-NonRetryable-Error: true)
-//	500     handler or Deduper failed, or panicked        retries              rolled back
+//	500     handler, Deduper or ReplayGuard failed, or    retries              rolled back
+//	        the handler panicked
 //	503     as 500, with the error's core.RetryAfter      retries after it     rolled back
 //	        hint as Retry-After
 //

@@ -66,11 +66,19 @@ func (s *jsonHeaderSink) add(prefix, name, value string) {
 	s.b = append(s.b, '"')
 }
 
-// messageHeaders emits the headers of the message for e: the CloudEvents
-// binary-mode attributes forwarded to the consumer, the deduplication ID and
-// the configured Upstash-* options. It returns a permanent error, and emits
-// nothing, for an event whose headers cannot travel over HTTP.
+// messageHeaders emits the headers of the message for e: its Content-Type,
+// the deduplication ID, the configured Upstash-* options and, in binary
+// mode, the CloudEvents attributes forwarded to the consumer (in structured
+// mode they are in the body, signed, and none is forwarded: a copy in
+// unsigned headers would only invite trusting it). It returns a permanent
+// error, and emits nothing, for an event whose headers cannot travel over
+// HTTP.
 func (p *Publisher) messageHeaders(sink headerSink, e *core.Event, now time.Time) error {
+	if p.cfg.ContentMode == StructuredMode {
+		sink.add("", hdrContentType, ContentTypeStructured)
+		sink.add("", hdrDeduplicationID, e.ID.String())
+		return p.optionHeaders(sink, e, now)
+	}
 	ce := core.CloudEventHeaders(*e)
 	// One event always encodes to the same bytes (requests are reproducible
 	// in tests and logs): the attributes go in a fixed order, the few
@@ -103,6 +111,11 @@ func (p *Publisher) messageHeaders(sink headerSink, e *core.Event, now time.Time
 	for _, k := range rest {
 		sink.add(forwardPrefix, k, ce[k])
 	}
+	return p.optionHeaders(sink, e, now)
+}
+
+// optionHeaders emits the configured Upstash-* options for e.
+func (p *Publisher) optionHeaders(sink headerSink, e *core.Event, now time.Time) error {
 	for _, h := range p.static {
 		if h[0] == hdrDelay && e.AvailableAt.After(now) {
 			continue // Not-Before below wins; sending both would be ambiguous
@@ -228,8 +241,20 @@ func isTokenChar(c byte) bool {
 
 // appendBatchElement writes one element of a /v2/batch request:
 // {"destination":..., "headers":{...}, "body":..., "queue":...}.
-// The body must be valid UTF-8 (see batchable).
-func (p *Publisher) appendBatchElement(b []byte, e *core.Event, t Target, now time.Time) ([]byte, error) {
+// The body must be valid UTF-8 (see batchable). scratch is a buffer the
+// structured-mode body is built in before it is written as a JSON string;
+// it is reused across elements.
+func (p *Publisher) appendBatchElement(b []byte, scratch *[]byte, e *core.Event, t Target, now time.Time) ([]byte, error) {
+	var body []byte
+	if p.cfg.ContentMode == StructuredMode {
+		var err error
+		if *scratch, err = appendStructured((*scratch)[:0], e); err != nil {
+			return b, core.Permanent(err)
+		}
+		body = *scratch
+	} else {
+		body = e.Payload
+	}
 	mark := len(b)
 	b = append(b, `{"destination":"`...)
 	b = appendJSONEscaped(b, t.destination())
@@ -240,7 +265,7 @@ func (p *Publisher) appendBatchElement(b []byte, e *core.Event, t Target, now ti
 	}
 	b = sink.b
 	b = append(b, `},"body":"`...)
-	b = appendJSONEscaped(b, e.Payload)
+	b = appendJSONEscaped(b, body)
 	b = append(b, '"')
 	if t.Queue != "" {
 		// Omitted rather than sent as "": QStash reads both as "no queue".
@@ -251,10 +276,14 @@ func (p *Publisher) appendBatchElement(b []byte, e *core.Event, t Target, now ti
 	return append(b, '}'), nil
 }
 
-// batchable reports whether e's payload can travel as a JSON string in a
-// batch element unchanged. JSON strings hold Unicode text: invalid UTF-8 would
-// be replaced, so such an event is published on its own with a raw body.
-func batchable(e *core.Event) bool { return utf8.Valid(e.Payload) }
+// batchable reports whether e's body can travel as a JSON string in a batch
+// element unchanged. JSON strings hold Unicode text: invalid UTF-8 would be
+// replaced, so in binary mode such a payload is published on its own with a
+// raw body. A structured-mode body is always UTF-8 (a payload that is not
+// JSON goes in base64).
+func (p *Publisher) batchable(e *core.Event) bool {
+	return p.cfg.ContentMode == StructuredMode || utf8.Valid(e.Payload)
+}
 
 // appendJSONEscaped appends s escaped for the inside of a JSON string. s must
 // be valid UTF-8; multi-byte sequences are copied as they are. It is

@@ -99,11 +99,18 @@ func benchEvents(n int) []core.Event {
 }
 
 // BenchmarkEncodeBatch measures the encoding of one /v2/batch body of 100
-// events with flow control on, into a reused buffer as the publisher does.
-func BenchmarkEncodeBatch(b *testing.B) {
+// events with flow control on, into a reused buffer as the publisher does,
+// in the default structured mode (each body a CloudEvents JSON document).
+func BenchmarkEncodeBatch(b *testing.B) { benchmarkEncodeBatch(b, StructuredMode) }
+
+// BenchmarkEncodeBatchBinaryMode is BenchmarkEncodeBatch with the payload as
+// the body and the attributes as forwarded headers.
+func BenchmarkEncodeBatchBinaryMode(b *testing.B) { benchmarkEncodeBatch(b, BinaryMode) }
+
+func benchmarkEncodeBatch(b *testing.B, mode ContentMode) {
 	p, err := NewPublisher(&PublisherConfig{
 		Token: "t", Destination: Target{URL: "https://consumer.example.com/events"},
-		FlowControl: &FlowControl{Parallelism: 1},
+		FlowControl: &FlowControl{Parallelism: 1}, ContentMode: mode,
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -113,6 +120,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 	t := p.cfg.Destination
 	now := time.Now()
 	buf := make([]byte, 0, 64<<10)
+	var scratch []byte
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
@@ -121,7 +129,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 			if i > 0 {
 				buf = append(buf, ',')
 			}
-			if buf, err = p.appendBatchElement(buf, &evs[i], t, now); err != nil {
+			if buf, err = p.appendBatchElement(buf, &scratch, &evs[i], t, now); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -160,22 +168,25 @@ func BenchmarkEncodeBatchEncodingJSON(b *testing.B) {
 }
 
 func TestBatchElementIsDeterministic(t *testing.T) {
-	p, err := NewPublisher(&PublisherConfig{Token: "t", Destination: Target{URL: "https://consumer.example.com/events"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	e := benchEvents(1)[0]
-	e.Headers["b-custom"], e.Headers["a-custom"], e.Headers["baggage"] = "2", "1", "k=v"
-	now := time.Now()
-	first, err := p.appendBatchElement(nil, &e, p.cfg.Destination, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 20 { // map iteration order changes between runs
-		again, err := p.appendBatchElement(nil, &e, p.cfg.Destination, now)
-		if err != nil || string(again) != string(first) {
-			t.Fatalf("encodings differ:\n%s\n%s", first, again)
+	for _, mode := range []ContentMode{StructuredMode, BinaryMode} {
+		p, err := NewPublisher(&PublisherConfig{Token: "t", Destination: Target{URL: "https://consumer.example.com/events"}, ContentMode: mode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		e := benchEvents(1)[0]
+		e.Headers["b-custom"], e.Headers["a-custom"], e.Headers["baggage"] = "2", "1", "k=v"
+		now := time.Now()
+		var scratch []byte
+		first, err := p.appendBatchElement(nil, &scratch, &e, p.cfg.Destination, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 { // map iteration order changes between runs
+			again, err := p.appendBatchElement(nil, &scratch, &e, p.cfg.Destination, now)
+			if err != nil || string(again) != string(first) {
+				t.Fatalf("%v mode: encodings differ:\n%s\n%s", mode, first, again)
+			}
 		}
 	}
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // A consumer endpoint applies each event once, however often it is
-// delivered, and refuses what QStash did not sign.
+// delivered, refuses what QStash did not sign, and refuses a signed
+// delivery sent a second time: QStash signs every attempt anew.
 func ExampleReceiver() {
 	const url = "https://billing.example.com/qstash/orders"
 	mux := core.NewMux()
@@ -40,27 +41,32 @@ func ExampleReceiver() {
 
 	e, _ := core.NewEvent("order.confirmed", map[string]string{"order": "o-42"})
 	e.AggregateType, e.AggregateID = "order", "o-42"
-	deliver := func(key string) {
-		req := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(e.Payload))
-		for k, v := range core.CloudEventHeaders(e) { // as QStash forwards them
-			req.Header.Set(k, v)
-		}
-		token, _ := qstash.Signer{Key: key}.Sign(e.Payload, url)
+	// The body the publisher sends: the event as a CloudEvents
+	// structured-mode document, so QStash's signature covers its ID and type.
+	body, _ := qstash.EncodeStructuredEvent(e)
+	send := func(token string) {
+		req := httptest.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", qstash.ContentTypeStructured)
 		req.Header.Set("Upstash-Signature", token)
 		w := httptest.NewRecorder()
 		rc.ServeHTTP(w, req)
-		var body struct{ Status, Error string }
-		_ = json.Unmarshal(w.Body.Bytes(), &body)
-		fmt.Println(w.Code, body.Status+body.Error)
+		var answer struct{ Status, Error string }
+		_ = json.Unmarshal(w.Body.Bytes(), &answer)
+		fmt.Println(w.Code, answer.Status+answer.Error)
 	}
-	deliver(qstashdev.DefaultCurrentSigningKey)
-	deliver(qstashdev.DefaultNextSigningKey) // a redelivery, signed after a key rotation
-	deliver("sig_notTheRightKey")
+	first, _ := qstash.Signer{Key: qstashdev.DefaultCurrentSigningKey}.Sign(body, url)
+	send(first)
+	retry, _ := qstash.Signer{Key: qstashdev.DefaultNextSigningKey}.Sign(body, url)
+	send(retry) // a redelivery, signed anew after a key rotation
+	send(first) // the first delivery captured and sent again
+	forged, _ := qstash.Signer{Key: "sig_notTheRightKey"}.Sign(body, url)
+	send(forged)
 
 	// Output:
 	// invoice for o-42 (attempt 1)
 	// 200 applied
 	// 200 duplicate
+	// 401 unauthorized
 	// 401 unauthorized
 }
 

@@ -7,7 +7,9 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -113,7 +115,12 @@ func testEvent(t testing.TB) core.Event {
 	return e
 }
 
-// claims returns the claims QStash signs for body sent to url at testNow.
+// tokenSeq numbers the tokens the tests mint: QStash gives every token a
+// unique jti, and a Receiver refuses a jti it has seen.
+var tokenSeq atomic.Int64
+
+// claims returns the claims QStash signs for body sent to url at testNow,
+// with a jti of their own.
 func claims(body []byte, url string) jwt.MapClaims {
 	sum := sha256.Sum256(body)
 	return jwt.MapClaims{
@@ -122,7 +129,7 @@ func claims(body []byte, url string) jwt.MapClaims {
 		"iat":  testNow.Unix(),
 		"nbf":  testNow.Unix(),
 		"exp":  testNow.Unix() + 300,
-		"jti":  "jwt_test",
+		"jti":  "jwt_test_" + strconv.FormatInt(tokenSeq.Add(1), 10),
 		"body": base64.URLEncoding.EncodeToString(sum[:]),
 	}
 }
@@ -137,10 +144,48 @@ func mint(t testing.TB, method jwt.SigningMethod, key any, c jwt.MapClaims) stri
 	return tok
 }
 
-// deliveryRequest builds the request QStash makes to deliver e: the payload
-// as body, the forwarded CloudEvents headers without their prefix, and the
-// delivery headers.
+// deliveryBody is the body QStash delivers for e: the structured-mode
+// document the publisher sends by default.
+func deliveryBody(t testing.TB, e core.Event) []byte {
+	t.Helper()
+	b, err := qstash.EncodeStructuredEvent(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// deliveryRequest builds the request QStash makes to deliver e in
+// structured mode: the CloudEvents document as body, and the delivery
+// headers.
 func deliveryRequest(e core.Event, token string) *http.Request {
+	b, err := qstash.EncodeStructuredEvent(e)
+	if err != nil {
+		panic(err)
+	}
+	r := rawDelivery(b, token)
+	r.Header.Set("Content-Type", qstash.ContentTypeStructured)
+	return r
+}
+
+// rawDelivery builds a structured-mode delivery of body, which need not be
+// a valid event.
+func rawDelivery(body []byte, token string) *http.Request {
+	r := httptest.NewRequest(http.MethodPost, endpointURL, bytes.NewReader(body))
+	r.Header.Set("Content-Type", qstash.ContentTypeStructured)
+	if token != "" {
+		r.Header.Set("Upstash-Signature", token)
+	}
+	r.Header.Set("Upstash-Message-Id", "msg_test_1")
+	r.Header.Set("Upstash-Retried", "2")
+	r.Header.Set("User-Agent", "Upstash-QStash")
+	return r
+}
+
+// binaryDeliveryRequest builds the request QStash makes to deliver e in
+// binary mode: the payload as body, the forwarded CloudEvents headers
+// without their prefix, and the delivery headers.
+func binaryDeliveryRequest(e core.Event, token string) *http.Request {
 	r := httptest.NewRequest(http.MethodPost, endpointURL, bytes.NewReader(e.Payload))
 	for k, v := range core.CloudEventHeaders(e) {
 		r.Header.Set(k, v)
@@ -154,9 +199,21 @@ func deliveryRequest(e core.Event, token string) *http.Request {
 	return r
 }
 
-// signed returns a valid token for e's payload, signed with key.
+// signed returns a valid token for e's structured-mode body, signed with
+// key.
 func signed(t testing.TB, key string, e core.Event) string {
-	return mint(t, jwt.SigningMethodHS256, []byte(key), claims(e.Payload, endpointURL))
+	return signedBody(t, key, deliveryBody(t, e))
+}
+
+// signedBody returns a valid token for body, signed with key.
+func signedBody(t testing.TB, key string, body []byte) string {
+	return mint(t, jwt.SigningMethodHS256, []byte(key), claims(body, endpointURL))
+}
+
+// signedBinary returns a valid token for e's binary-mode body (its
+// payload), signed with key.
+func signedBinary(t testing.TB, key string, e core.Event) string {
+	return signedBody(t, key, e.Payload)
 }
 
 // newTestReceiver returns a Receiver at testNow with the given handler and

@@ -109,7 +109,7 @@ func (p *Publisher) Publish(ctx context.Context, events []core.Event) error {
 			continue
 		}
 		targets[i] = t
-		if batchable(&events[i]) {
+		if p.batchable(&events[i]) {
 			batch = append(batch, i)
 		} else {
 			solo = append(solo, i)
@@ -220,9 +220,16 @@ func (p *Publisher) publishOne(ctx context.Context, e *core.Event, t Target, now
 	if err := p.messageHeaders(httpHeaderSink(h), e, now); err != nil {
 		return err
 	}
+	body := []byte(e.Payload)
+	if p.cfg.ContentMode == StructuredMode {
+		var err error
+		if body, err = appendStructured(make([]byte, 0, len(e.Payload)+512), e); err != nil {
+			return core.Permanent(err)
+		}
+	}
 	// A bytes.Reader lets net/http set ContentLength and GetBody, so a
 	// request on a keep-alive connection the server just closed is retried.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.BaseURL+publishPath(t), bytes.NewReader(e.Payload))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.cfg.BaseURL+publishPath(t), bytes.NewReader(body))
 	if err != nil {
 		return core.Permanent(fmt.Errorf("qstash: build request for event %s: %w", e.ID, err))
 	}
@@ -245,6 +252,7 @@ func (p *Publisher) publishOne(ctx context.Context, e *core.Event, t Target, now
 func (p *Publisher) publishBatch(ctx context.Context, events []core.Event, targets []Target, chunk []int, now time.Time, be *core.BatchError) error {
 	buf := p.bodies.get()
 	b := append((*buf)[:0], '[')
+	var scratch []byte
 	sent := make([]int, 0, len(chunk))
 	for _, i := range chunk {
 		if len(events[i].Payload) == 0 {
@@ -255,7 +263,7 @@ func (p *Publisher) publishBatch(ctx context.Context, events []core.Event, targe
 			b = append(b, ',')
 		}
 		var err error
-		if b, err = p.appendBatchElement(b, &events[i], targets[i], now); err != nil {
+		if b, err = p.appendBatchElement(b, &scratch, &events[i], targets[i], now); err != nil {
 			if len(sent) > 0 {
 				b = b[:len(b)-1] // drop the comma written for it
 			}

@@ -87,6 +87,14 @@ type PublisherConfig struct {
 	// DLQ. Defaults to none.
 	Label string
 
+	// ContentMode is how each message carries its event. Defaults to
+	// StructuredMode: one application/cloudevents+json document holding
+	// the attributes and the payload, all of it signed by QStash. Use
+	// BinaryMode only for consumers that want the raw payload as the body;
+	// a Receiver then needs AllowBinaryMode, and trusts headers QStash does
+	// not sign.
+	ContentMode ContentMode
+
 	// MaxBatchSize bounds the events sent in one /v2/batch request; a larger
 	// Publish is split into several requests, sent one after another.
 	// Defaults to 100, the relay's default batch size.
@@ -95,6 +103,36 @@ type PublisherConfig struct {
 	// and to turn a rate-limit reset time into a delay. Defaults to
 	// core.SystemClock.
 	Clock core.Clock
+}
+
+// ContentMode is how a message carries its event, in CloudEvents terms.
+type ContentMode int
+
+const (
+	// StructuredMode sends the event as a CloudEvents structured-mode JSON
+	// document (Content-Type application/cloudevents+json, see
+	// EncodeStructuredEvent): its ID, type, source, aggregate, sequence,
+	// schema version, time, trace context and custom headers travel in the
+	// body beside the payload ("data"), so QStash's signature, which covers
+	// the body, covers them all. The default.
+	StructuredMode ContentMode = iota
+	// BinaryMode sends the payload as the body, unchanged, and the
+	// attributes as CloudEvents binary-mode headers (ce-id, ce-type, ...,
+	// traceparent, ce-x-*), each sent as Upstash-Forward-<name>. QStash does
+	// not sign headers: a consumer that keys on them can be fed a captured
+	// body under another ID or type.
+	BinaryMode
+)
+
+// String returns "structured" or "binary".
+func (m ContentMode) String() string {
+	switch m {
+	case StructuredMode:
+		return "structured"
+	case BinaryMode:
+		return "binary"
+	}
+	return "ContentMode(" + strconv.Itoa(int(m)) + ")"
 }
 
 // FlowControl limits how fast QStash delivers the messages that share a key.
@@ -242,6 +280,9 @@ func (c PublisherConfig) validate() error {
 	}
 	if err := headerSafe(c.Label); err != nil {
 		return bad("Label", "%v", err)
+	}
+	if c.ContentMode != StructuredMode && c.ContentMode != BinaryMode {
+		return bad("ContentMode", "is %d: use qstash.StructuredMode (the default) or qstash.BinaryMode", int(c.ContentMode))
 	}
 	if c.MaxBatchSize < 1 {
 		return bad("MaxBatchSize", "is %d: must be at least 1", c.MaxBatchSize)

@@ -151,9 +151,19 @@ func events(t *testing.T, n int) []core.Event {
 
 func TestPublishBatchEncoding(t *testing.T) {
 	t.Parallel()
+	for _, mode := range []qstash.ContentMode{qstash.StructuredMode, qstash.BinaryMode} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			testPublishBatchEncoding(t, mode)
+		})
+	}
+}
+
+func testPublishBatchEncoding(t *testing.T, mode qstash.ContentMode) {
 	f := newFakeQStash(t, nil)
 	retries := 5
 	p := newTestPublisher(t, f, func(c *qstash.PublisherConfig) {
+		c.ContentMode = mode
 		c.Retries = &retries
 		c.RetryDelay = "pow(2, retried) * 1000"
 		c.Timeout = 30 * time.Second
@@ -189,11 +199,8 @@ func TestPublishBatchEncoding(t *testing.T) {
 		if el.Destination != endpointURL || el.Queue != nil {
 			t.Errorf("message %d: destination %q, queue %v", i, el.Destination, el.Queue)
 		}
-		if el.Body != string(e.Payload) {
-			t.Errorf("message %d: body %q, want the payload unchanged %q", i, el.Body, e.Payload)
-		}
 		want := map[string]string{
-			"Content-Type":               "application/json",
+			"Content-Type":               qstash.ContentTypeStructured,
 			"Upstash-Deduplication-Id":   e.ID.String(),
 			"Upstash-Retries":            "5",
 			"Upstash-Retry-Delay":        "pow(2, retried) * 1000",
@@ -205,9 +212,12 @@ func TestPublishBatchEncoding(t *testing.T) {
 			"Upstash-Flow-Control-Key":   "order/" + e.AggregateID,
 			"Upstash-Flow-Control-Value": "parallelism=1, rate=10, period=1m",
 		}
-		for k, v := range core.CloudEventHeaders(e) {
-			if k != "content-type" {
-				want["Upstash-Forward-"+k] = v
+		if mode == qstash.BinaryMode {
+			want["Content-Type"] = "application/json"
+			for k, v := range core.CloudEventHeaders(e) {
+				if k != "content-type" {
+					want["Upstash-Forward-"+k] = v
+				}
 			}
 		}
 		switch i {
@@ -223,19 +233,29 @@ func TestPublishBatchEncoding(t *testing.T) {
 			t.Errorf("message %d headers:\n got  %v\n want %v", i, el.Headers, want)
 		}
 
-		// What QStash delivers (forwarded headers without their prefix)
-		// decodes back into the same event.
-		h := http.Header{}
-		for k, v := range el.Headers {
-			if name, ok := strings.CutPrefix(k, "Upstash-Forward-"); ok {
-				h.Set(name, v)
+		// What QStash delivers (the body, and forwarded headers without
+		// their prefix) decodes back into the same event.
+		var got core.Event
+		var err error
+		if mode == qstash.StructuredMode {
+			got, err = qstash.DecodeStructuredEvent([]byte(el.Body))
+		} else {
+			if el.Body != string(e.Payload) {
+				t.Errorf("message %d: body %q, want the payload unchanged %q", i, el.Body, e.Payload)
 			}
+			h := http.Header{}
+			for k, v := range el.Headers {
+				if name, ok := strings.CutPrefix(k, "Upstash-Forward-"); ok {
+					h.Set(name, v)
+				}
+			}
+			got, err = qstash.DecodeEvent(h, []byte(el.Body))
 		}
-		got, err := qstash.DecodeEvent(h, []byte(el.Body))
 		if err != nil {
 			t.Fatalf("message %d does not decode: %v", i, err)
 		}
-		if got.ID != e.ID || got.Type != e.Type || got.AggregateID != e.AggregateID || got.Headers["tenant"] != "acme" || got.Headers["traceparent"] != e.Headers["traceparent"] {
+		if got.ID != e.ID || got.Type != e.Type || got.AggregateID != e.AggregateID || got.Sequence != e.Sequence ||
+			string(got.Payload) != string(e.Payload) || got.Headers["tenant"] != "acme" || got.Headers["traceparent"] != e.Headers["traceparent"] {
 			t.Errorf("message %d decodes to %+v, want %+v", i, got, e)
 		}
 	}
@@ -264,38 +284,50 @@ func TestPublishSingleEvent(t *testing.T) {
 		{"group", qstash.Target{URLGroup: "orders"}, "/v2/publish/orders"},
 		{"queue", qstash.Target{URL: endpointURL, Queue: "orders-fifo"}, "/v2/enqueue/orders-fifo/" + endpointURL},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			f := newFakeQStash(t, nil)
-			p := newTestPublisher(t, f, func(c *qstash.PublisherConfig) { c.Destination = tc.target })
-			e := testEvent(t)
-			if err := p.Publish(context.Background(), []core.Event{e}); err != nil {
-				t.Fatalf("Publish: %v", err)
-			}
-			reqs := f.requests()
-			if len(reqs) != 1 || reqs[0].RequestURI != tc.wantURI {
-				t.Fatalf("requests = %+v, want one to %s", reqs, tc.wantURI)
-			}
-			r := reqs[0]
-			if string(r.Body) != string(e.Payload) {
-				t.Errorf("body %q, want the payload %q", r.Body, e.Payload)
-			}
-			if r.Header.Get("Upstash-Deduplication-Id") != e.ID.String() || r.Header.Get("Content-Type") != "application/json" ||
-				r.Header.Get("Authorization") != "Bearer "+testToken {
-				t.Errorf("headers %v", r.Header)
-			}
-			for k, v := range core.CloudEventHeaders(e) {
-				if k == "content-type" {
-					continue
+		for _, mode := range []qstash.ContentMode{qstash.StructuredMode, qstash.BinaryMode} {
+			t.Run(tc.name+"/"+mode.String(), func(t *testing.T) {
+				t.Parallel()
+				f := newFakeQStash(t, nil)
+				p := newTestPublisher(t, f, func(c *qstash.PublisherConfig) { c.Destination = tc.target; c.ContentMode = mode })
+				e := testEvent(t)
+				if err := p.Publish(context.Background(), []core.Event{e}); err != nil {
+					t.Fatalf("Publish: %v", err)
 				}
-				if got := r.Header.Get("Upstash-Forward-" + k); got != v {
-					t.Errorf("Upstash-Forward-%s = %q, want %q", k, got, v)
+				reqs := f.requests()
+				if len(reqs) != 1 || reqs[0].RequestURI != tc.wantURI {
+					t.Fatalf("requests = %+v, want one to %s", reqs, tc.wantURI)
 				}
-				if r.Header.Get(k) != "" {
-					t.Errorf("%s sent without the forward prefix: QStash would not deliver it", k)
+				r := reqs[0]
+				if r.Header.Get("Upstash-Deduplication-Id") != e.ID.String() || r.Header.Get("Authorization") != "Bearer "+testToken {
+					t.Errorf("headers %v", r.Header)
 				}
-			}
-		})
+				if mode == qstash.StructuredMode {
+					if string(r.Body) != string(deliveryBody(t, e)) || r.Header.Get("Content-Type") != qstash.ContentTypeStructured {
+						t.Errorf("body %q (Content-Type %q), want the structured-mode document", r.Body, r.Header.Get("Content-Type"))
+					}
+					for k := range r.Header {
+						if strings.HasPrefix(k, "Upstash-Forward-") {
+							t.Errorf("%s forwarded in structured mode: attributes belong in the signed body only", k)
+						}
+					}
+					return
+				}
+				if string(r.Body) != string(e.Payload) || r.Header.Get("Content-Type") != "application/json" {
+					t.Errorf("body %q (Content-Type %q), want the payload", r.Body, r.Header.Get("Content-Type"))
+				}
+				for k, v := range core.CloudEventHeaders(e) {
+					if k == "content-type" {
+						continue
+					}
+					if got := r.Header.Get("Upstash-Forward-" + k); got != v {
+						t.Errorf("Upstash-Forward-%s = %q, want %q", k, got, v)
+					}
+					if r.Header.Get(k) != "" {
+						t.Errorf("%s sent without the forward prefix: QStash would not deliver it", k)
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -585,10 +617,13 @@ func TestPublishWithoutRouteStaysPending(t *testing.T) {
 	}
 }
 
+// TestPublishUnsendableEventFailsAlone, in binary mode, where headers carry
+// the attributes and a body that is not UTF-8 cannot be a batch element's
+// JSON string.
 func TestPublishUnsendableEventFailsAlone(t *testing.T) {
 	t.Parallel()
 	f := newFakeQStash(t, nil)
-	p := newTestPublisher(t, f)
+	p := newTestPublisher(t, f, func(c *qstash.PublisherConfig) { c.ContentMode = qstash.BinaryMode })
 	evs := events(t, 3)
 	evs[1].Headers = map[string]string{"bad name": "x"} // not an HTTP token
 	evs[2].Payload = []byte("\"\xff\xfe\"")             // not UTF-8: cannot be a JSON string
@@ -740,7 +775,7 @@ func TestPublishEarlyAnswerDoesNotCorruptBodies(t *testing.T) {
 			// A batch refused with 413 is sent again one event at a time.
 			var ok bool
 			for i := range big {
-				ok = ok || string(r.Body) == string(big[i].Payload)
+				ok = ok || string(r.Body) == string(deliveryBody(t, big[i]))
 			}
 			if !ok {
 				t.Fatalf("single publish %s arrived altered", r.RequestURI)
@@ -752,7 +787,7 @@ func TestPublishEarlyAnswerDoesNotCorruptBodies(t *testing.T) {
 			t.Fatalf("batch of %d messages, want %d", len(els), len(big))
 		}
 		for i, el := range els {
-			if el.Body != string(big[i].Payload) {
+			if el.Body != string(deliveryBody(t, big[i])) {
 				t.Fatalf("message %d arrived altered", i)
 			}
 		}

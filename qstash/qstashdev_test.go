@@ -1,13 +1,16 @@
 package qstash_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +27,8 @@ type devEnv struct {
 	handler *countingHandler
 	deduper *recordingDeduper
 	pub     *qstash.Publisher
+	// onRequest, when set, sees each delivery request before the receiver.
+	onRequest atomic.Pointer[func(r *http.Request, body []byte)]
 }
 
 // countingHandler applies events and fails as told, recording deliveries.
@@ -100,7 +105,14 @@ func newDevEnv(t testing.TB, devCfg qstashdev.Config, pubCfg func(*qstash.Publis
 	if err != nil {
 		t.Fatal(err)
 	}
-	recvSrv := httptest.NewUnstartedServer(rc)
+	recvSrv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hook := env.onRequest.Load(); hook != nil {
+			body, _ := io.ReadAll(r.Body)
+			(*hook)(r, body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		rc.ServeHTTP(w, r)
+	}))
 	recvSrv.Listener.Close()
 	recvSrv.Listener = ln
 	recvSrv.Start()
@@ -329,8 +341,8 @@ func TestQStashDevRecordsMessageOptions(t *testing.T) {
 		if m.NotBefore.Before(at) || m.NotBefore.After(at.Add(time.Second)) {
 			t.Errorf("NotBefore = %s, want AvailableAt %s rounded up to the second", m.NotBefore, at)
 		}
-		if got := m.Header.Get("ce-type"); got != "order.confirmed" {
-			t.Errorf("forwarded ce-type = %q", got)
+		if got, err := qstash.DecodeStructuredEvent(m.Body); err != nil || got.Type != "order.confirmed" || m.Header.Get("Content-Type") != qstash.ContentTypeStructured {
+			t.Errorf("message body decodes to %+v, %v (Content-Type %q); want the structured-mode event", got, err, m.Header.Get("Content-Type"))
 		}
 		if !env.dev.Cancel(m.ID) {
 			t.Errorf("cancel %s failed", m.ID)

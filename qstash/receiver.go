@@ -64,6 +64,26 @@ type ReceiverConfig struct {
 	// slog.Default() at Warn and above, so a wrong signing key or URL shows
 	// up in the service's own logs.
 	Logger *slog.Logger
+	// ReplayGuard refuses a token already accepted (its jti), so a captured
+	// delivery cannot be sent again while its token is valid: the replay is
+	// answered 401 with nothing applied. QStash signs every attempt with a
+	// token of its own, so its retries pass. Defaults to a
+	// NewMemoryReplayGuard for this Receiver, which protects one process: a
+	// consumer running several instances behind one URL should share one
+	// guard between them (postgres.TokenGuard), or a replay sent to another
+	// instance gets through.
+	ReplayGuard ReplayGuard
+	// AllowBinaryMode makes the Receiver accept CloudEvents binary-mode
+	// deliveries (the payload as the body, the event's attributes as ce-*
+	// headers), which publishers send with ContentMode BinaryMode. QStash
+	// signs only the URL and the body, so in that mode the event's ID, type,
+	// source, aggregate, sequence, trace context and custom headers are
+	// taken from headers anyone holding a captured delivery can rewrite;
+	// the ReplayGuard still accepts each token once. Defaults to false:
+	// deliveries that are not structured-mode (Content-Type
+	// application/cloudevents+json) are answered 415, and the event is read
+	// from the signed body alone.
+	AllowBinaryMode bool
 	// Middleware wraps the whole dedupe-and-handle step, outside the
 	// Deduper, so it sees duplicates too: tracing.HandlerMiddleware goes
 	// here, giving every delivery a consumer span on which the dedupe
@@ -77,9 +97,12 @@ type ReceiverConfig struct {
 
 // Receiver is an http.Handler for a QStash consumer endpoint. For each
 // request it, in order: refuses non-POST (405); reads at most MaxBodyBytes
-// (413 beyond); verifies Upstash-Signature (401); decodes the event from the
-// CloudEvents headers (400); runs Handler through Deduper; and answers 200
-// only once the effect committed or was already recorded. A Permanent
+// (413 beyond); verifies Upstash-Signature (401); refuses a token its
+// ReplayGuard has seen (401); decodes the event from the signed body, a
+// CloudEvents structured-mode document (400 when malformed, 415 when the
+// delivery is not structured-mode and AllowBinaryMode is off); runs Handler
+// through Deduper; and answers 200 only once the effect committed or was
+// already recorded. A Permanent
 // handler error answers 489 with Upstash-NonRetryable-Error: true; any other
 // error, or a panic, answers 500 so that QStash retries. See the package
 // documentation for the full table.
@@ -91,6 +114,8 @@ type Receiver struct {
 	consumer string
 	maxBody  int64
 	clock    core.Clock
+	guard    ReplayGuard
+	binary   bool
 	log      *slog.Logger
 	refusals refusalLimiter
 	hook     DecisionHook
@@ -139,6 +164,8 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 		consumer: cfg.Consumer,
 		maxBody:  cfg.MaxBodyBytes,
 		clock:    cfg.Clock,
+		guard:    cfg.ReplayGuard,
+		binary:   cfg.AllowBinaryMode,
 		log:      logs.OrDefault(cfg.Logger),
 		hook:     cfg.OnDecision,
 
@@ -149,6 +176,9 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 	}
 	if r.clock == nil {
 		r.clock = core.SystemClock{}
+	}
+	if r.guard == nil {
+		r.guard = NewMemoryReplayGuard(&MemoryReplayGuardConfig{Clock: r.clock})
 	}
 	return r, nil
 }
@@ -198,14 +228,35 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if len(sigs) == 1 {
 		token = sigs[0]
 	}
-	if err := rc.verifier.Verify(token, body, rc.url); err != nil {
+	claims, err := rc.verifier.VerifyToken(token, body, rc.url)
+	if err != nil {
 		decide(OutcomeUnauthorized, http.StatusUnauthorized, err)
 		return
 	}
-
-	e, err := DecodeEvent(r.Header, body)
+	// Recorded before anything runs: a replay arriving while the first
+	// delivery is still being handled is refused too.
+	if claims.ID == "" {
+		decide(OutcomeUnauthorized, http.StatusUnauthorized, verr(ErrMissingTokenID, "QStash always sets jti; a token without one could be replayed unnoticed"))
+		return
+	}
+	first, err := rc.guard.FirstUse(ctx, claims.ID, claims.Expires.Add(rc.verifier.leeway))
 	if err != nil {
-		decide(OutcomeMalformed, http.StatusBadRequest, err)
+		status := http.StatusInternalServerError
+		if after, ok := core.RetryAfterHint(err); ok && after > 0 {
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((after+time.Second-1)/time.Second), 10))
+			status = http.StatusServiceUnavailable
+		}
+		decide(OutcomeTransient, status, fmt.Errorf("qstash: replay guard: %w", err))
+		return
+	}
+	if !first {
+		decide(OutcomeUnauthorized, http.StatusUnauthorized, verr(ErrTokenReplayed, "jti %q was accepted before: QStash signs every attempt anew, so this is a captured delivery sent again", truncate(claims.ID)))
+		return
+	}
+
+	e, status, err := decodeDelivery(r.Header, body, rc.binary)
+	if err != nil {
+		decide(OutcomeMalformed, status, err)
 		return
 	}
 	d.Event = e

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -91,14 +92,14 @@ func TestReceiverErrorOutcomes(t *testing.T) {
 		outcome    qstash.Outcome
 	}{
 		{"permanent", &effects{err: core.Permanent(errors.New("order unknown"))}, 489, true, "", qstash.OutcomePermanent},
-		{"unknown type through a Mux", nil, 489, true, "", qstash.OutcomePermanent},
+		{"unknown type through a Mux that dead-letters them", nil, 489, true, "", qstash.OutcomePermanent},
 		{"transient", &effects{err: errors.New("database down")}, 500, false, "", qstash.OutcomeTransient},
 		{"transient with a hint", &effects{err: core.RetryAfter(errors.New("busy"), 1500*time.Millisecond)}, 503, false, "2", qstash.OutcomeTransient},
 		{"panic", &effects{panic: "boom"}, 500, false, "", qstash.OutcomeTransient},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var h core.Handler = core.NewMux()
+			var h core.Handler = core.NewMux(core.DeadLetterUnknownTypes())
 			if tc.handler != nil {
 				h = tc.handler
 			}
@@ -149,55 +150,87 @@ func TestReceiverRefusesWithoutEffect(t *testing.T) {
 	t.Parallel()
 	big := testEvent(t)
 	big.Payload = []byte(`{"pad":"` + strings.Repeat("x", 2048) + `"}`)
+	// body rewrites e's structured-mode document and signs the result, as a
+	// publisher producing it would.
+	body := func(t *testing.T, edit func(string) string) *http.Request {
+		b := edit(string(deliveryBody(t, testEvent(t))))
+		return rawDelivery([]byte(b), signedBody(t, currentKey, []byte(b)))
+	}
+	binary := func(t *testing.T, edit func(http.Header)) *http.Request {
+		e := testEvent(t)
+		r := binaryDeliveryRequest(e, signedBinary(t, currentKey, e))
+		edit(r.Header)
+		return r
+	}
 	for _, tc := range []struct {
-		name       string
-		req        func(t *testing.T) *http.Request
-		wantStatus int
-		outcome    qstash.Outcome
+		name        string
+		req         func(t *testing.T) *http.Request
+		allowBinary bool
+		wantStatus  int
+		outcome     qstash.Outcome
 	}{
-		{"malformed ce-id", func(t *testing.T) *http.Request {
-			e := testEvent(t)
-			r := deliveryRequest(e, signed(t, currentKey, e))
-			r.Header.Set("ce-id", "not-a-uuid")
-			return r
-		}, 400, qstash.OutcomeMalformed},
-		{"missing ce-specversion", func(t *testing.T) *http.Request {
-			e := testEvent(t)
-			r := deliveryRequest(e, signed(t, currentKey, e))
-			r.Header.Del("ce-specversion")
-			return r
-		}, 400, qstash.OutcomeMalformed},
-		{"repeated ce-id", func(t *testing.T) *http.Request {
-			e := testEvent(t)
-			r := deliveryRequest(e, signed(t, currentKey, e))
-			r.Header.Add("ce-id", core.NewID().String())
-			return r
-		}, 400, qstash.OutcomeMalformed},
+		{"malformed id", func(t *testing.T) *http.Request {
+			return body(t, func(s string) string {
+				return regexp.MustCompile(`"id":"[^"]*"`).ReplaceAllString(s, `"id":"not-a-uuid"`)
+			})
+		}, false, 400, qstash.OutcomeMalformed},
+		{"missing specversion", func(t *testing.T) *http.Request {
+			return body(t, func(s string) string { return strings.Replace(s, `"specversion":"1.0",`, "", 1) })
+		}, false, 400, qstash.OutcomeMalformed},
+		{"repeated id", func(t *testing.T) *http.Request {
+			return body(t, func(s string) string { return strings.Replace(s, "{", `{"id":"`+core.NewID().String()+`",`, 1) })
+		}, false, 400, qstash.OutcomeMalformed},
 		{"bad sequence", func(t *testing.T) *http.Request {
-			e := testEvent(t)
-			r := deliveryRequest(e, signed(t, currentKey, e))
-			r.Header.Set("ce-sequence", "-1")
+			return body(t, func(s string) string { return strings.Replace(s, `"sequence":"7"`, `"sequence":"-1"`, 1) })
+		}, false, 400, qstash.OutcomeMalformed},
+		{"not JSON", func(t *testing.T) *http.Request {
+			return body(t, func(s string) string { return s[:len(s)-1] })
+		}, false, 400, qstash.OutcomeMalformed},
+		{"binary mode not allowed", func(t *testing.T) *http.Request {
+			return binary(t, func(http.Header) {})
+		}, false, 415, qstash.OutcomeMalformed},
+		{"binary mode: malformed ce-id", func(t *testing.T) *http.Request {
+			return binary(t, func(h http.Header) { h.Set("ce-id", "not-a-uuid") })
+		}, true, 400, qstash.OutcomeMalformed},
+		{"binary mode: missing ce-specversion", func(t *testing.T) *http.Request {
+			return binary(t, func(h http.Header) { h.Del("ce-specversion") })
+		}, true, 400, qstash.OutcomeMalformed},
+		{"binary mode: repeated ce-id", func(t *testing.T) *http.Request {
+			return binary(t, func(h http.Header) { h.Add("ce-id", core.NewID().String()) })
+		}, true, 400, qstash.OutcomeMalformed},
+		{"binary mode: bad sequence", func(t *testing.T) *http.Request {
+			return binary(t, func(h http.Header) { h.Set("ce-sequence", "-1") })
+		}, true, 400, qstash.OutcomeMalformed},
+		{"binary mode: a structured body relabelled as binary", func(t *testing.T) *http.Request {
+			// A captured structured delivery, relabelled with binary-mode
+			// headers naming another event: Content-Type is not signed.
+			b := deliveryBody(t, testEvent(t))
+			r := rawDelivery(b, signedBody(t, currentKey, b))
+			for k, v := range core.CloudEventHeaders(testEvent(t)) {
+				r.Header.Set(k, v)
+			}
+			r.Header.Set("Content-Type", "application/json")
 			return r
-		}, 400, qstash.OutcomeMalformed},
+		}, true, 400, qstash.OutcomeMalformed},
 		{"GET", func(t *testing.T) *http.Request {
 			e := testEvent(t)
 			r := deliveryRequest(e, signed(t, currentKey, e))
 			r.Method = http.MethodGet
 			return r
-		}, 405, qstash.OutcomeMalformed},
+		}, false, 405, qstash.OutcomeMalformed},
 		{"too large, declared", func(t *testing.T) *http.Request {
 			return deliveryRequest(big, signed(t, currentKey, big))
-		}, 413, qstash.OutcomeTooLarge},
+		}, false, 413, qstash.OutcomeTooLarge},
 		{"too large, chunked", func(t *testing.T) *http.Request {
 			r := deliveryRequest(big, signed(t, currentKey, big))
 			r.ContentLength = -1
 			return r
-		}, 413, qstash.OutcomeTooLarge},
+		}, false, 413, qstash.OutcomeTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h, d := &effects{}, &recordingDeduper{}
-			rc, decisions := newTestReceiver(t, h, d, func(c *qstash.ReceiverConfig) { c.MaxBodyBytes = 1024 })
+			rc, decisions := newTestReceiver(t, h, d, func(c *qstash.ReceiverConfig) { c.MaxBodyBytes = 1024; c.AllowBinaryMode = tc.allowBinary })
 			w := serve(rc, tc.req(t))
 			if w.Code != tc.wantStatus {
 				t.Fatalf("status %d, want %d (body %s)", w.Code, tc.wantStatus, w.Body)
@@ -216,7 +249,7 @@ func TestReceiverBodyAtLimitIsAccepted(t *testing.T) {
 	t.Parallel()
 	e := testEvent(t)
 	h := &effects{}
-	rc, _ := newTestReceiver(t, h, &recordingDeduper{}, func(c *qstash.ReceiverConfig) { c.MaxBodyBytes = int64(len(e.Payload)) })
+	rc, _ := newTestReceiver(t, h, &recordingDeduper{}, func(c *qstash.ReceiverConfig) { c.MaxBodyBytes = int64(len(deliveryBody(t, e))) })
 	if w := serve(rc, deliveryRequest(e, signed(t, currentKey, e))); w.Code != http.StatusOK {
 		t.Fatalf("status %d for a body of exactly MaxBodyBytes, want 200", w.Code)
 	}

@@ -45,6 +45,13 @@ var (
 	// ErrBodyMismatch: the body claim is missing or is not the SHA-256 of the
 	// request body.
 	ErrBodyMismatch = errors.New("qstash: body does not match the signed hash")
+	// ErrMissingTokenID: the token has no jti claim, which QStash always
+	// sets; without it a replay cannot be told from a new delivery.
+	ErrMissingTokenID = errors.New("qstash: token has no jti")
+	// ErrTokenReplayed: the token was already accepted (its jti is in the
+	// ReplayGuard). QStash signs every attempt anew, so this is a captured
+	// delivery sent again.
+	ErrTokenReplayed = errors.New("qstash: token already used")
 )
 
 // VerificationError is the error Verify returns. It matches
@@ -194,6 +201,7 @@ type tokenHeader struct {
 // string where a number belongs fails to decode; pointers tell absent from 0.
 type tokenClaims struct {
 	Iss  string   `json:"iss"`
+	Jti  *string  `json:"jti"`
 	Sub  *string  `json:"sub"`
 	Exp  *float64 `json:"exp"`
 	Nbf  *float64 `json:"nbf"`
@@ -206,107 +214,146 @@ type tokenClaims struct {
 // accepted token changes the signed bytes or the signature.
 var strictB64 = base64.RawURLEncoding.Strict()
 
+// Claims are what a verified token asserts.
+type Claims struct {
+	// ID is the jti claim, QStash's unique ID for the token ("" if absent).
+	// A ReplayGuard records it.
+	ID string
+	// Subject is the sub claim: the URL the delivery was addressed to.
+	Subject string
+	// IssuedAt is the iat claim (zero if absent); Expires the exp claim.
+	IssuedAt time.Time
+	Expires  time.Time
+}
+
+// maxTokenIDBytes bounds the jti a ReplayGuard records; QStash's are about 30
+// bytes.
+const maxTokenIDBytes = 256
+
 // Verify checks token, the value of an Upstash-Signature header, against the
 // raw request body and the URL the endpoint is published under (the sub
 // claim). It returns nil or a *VerificationError.
 func (v *Verifier) Verify(token string, body []byte, url string) error {
+	_, err := v.VerifyToken(token, body, url)
+	return err
+}
+
+// VerifyToken is Verify, returning the claims of a token that verifies.
+// Signature verification says nothing about whether the token was used
+// before: a Receiver records Claims.ID in its ReplayGuard for that.
+func (v *Verifier) VerifyToken(token string, body []byte, url string) (Claims, error) {
+	cl, err := v.verify(token, body, url)
+	if err != nil {
+		return Claims{}, err
+	}
+	c := Claims{Subject: *cl.Sub, Expires: unixTime(*cl.Exp)}
+	if cl.Jti != nil {
+		c.ID = *cl.Jti
+	}
+	if cl.Iat != nil {
+		c.IssuedAt = unixTime(*cl.Iat)
+	}
+	return c, nil
+}
+
+func (v *Verifier) verify(token string, body []byte, url string) (*tokenClaims, error) {
 	if token == "" {
-		return verr(ErrMissingSignature, "send requests through QStash, which signs them")
+		return nil, verr(ErrMissingSignature, "send requests through QStash, which signs them")
 	}
 	if len(token) > maxTokenBytes {
-		return verr(ErrMalformedToken, "token is %d bytes long", len(token))
+		return nil, verr(ErrMalformedToken, "token is %d bytes long", len(token))
 	}
 	h, rest, ok := strings.Cut(token, ".")
 	c, sig, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 || strings.Contains(sig, ".") {
-		return verr(ErrMalformedToken, "not a compact JWT (header.claims.signature)")
+		return nil, verr(ErrMalformedToken, "not a compact JWT (header.claims.signature)")
 	}
 
 	rawHeader, err := strictB64.DecodeString(h)
 	if err != nil {
-		return verr(ErrMalformedToken, "header is not base64url")
+		return nil, verr(ErrMalformedToken, "header is not base64url")
 	}
 	var hdr tokenHeader
 	if err := json.Unmarshal(rawHeader, &hdr); err != nil {
-		return verr(ErrMalformedToken, "header is not a JSON object")
+		return nil, verr(ErrMalformedToken, "header is not a JSON object")
 	}
 	if hdr.Alg != "HS256" {
-		return verr(ErrUnsupportedAlgorithm, "alg is %q", truncate(hdr.Alg))
+		return nil, verr(ErrUnsupportedAlgorithm, "alg is %q", truncate(hdr.Alg))
 	}
 	if hdr.Typ != nil && !strings.EqualFold(*hdr.Typ, "JWT") {
-		return verr(ErrMalformedToken, "typ is %q, not JWT", truncate(*hdr.Typ))
+		return nil, verr(ErrMalformedToken, "typ is %q, not JWT", truncate(*hdr.Typ))
 	}
 	if hdr.Crit != nil {
-		return verr(ErrMalformedToken, "header lists critical extensions, which QStash never sends")
+		return nil, verr(ErrMalformedToken, "header lists critical extensions, which QStash never sends")
 	}
 
 	var gotMAC [sha256.Size]byte
 	if len(sig) != macB64Len {
-		return verr(ErrMalformedToken, "signature is not a base64url HMAC-SHA256")
+		return nil, verr(ErrMalformedToken, "signature is not a base64url HMAC-SHA256")
 	}
 	if n, err := strictB64.Decode(gotMAC[:], []byte(sig)); err != nil || n != sha256.Size {
-		return verr(ErrMalformedToken, "signature is not a base64url HMAC-SHA256")
+		return nil, verr(ErrMalformedToken, "signature is not a base64url HMAC-SHA256")
 	}
 	signed := token[:len(h)+1+len(c)]
 	if !v.keys[0].matches(signed, gotMAC[:]) && !v.keys[1].matches(signed, gotMAC[:]) {
-		return verr(ErrSignatureMismatch, "check QSTASH_CURRENT_SIGNING_KEY and QSTASH_NEXT_SIGNING_KEY")
+		return nil, verr(ErrSignatureMismatch, "check QSTASH_CURRENT_SIGNING_KEY and QSTASH_NEXT_SIGNING_KEY")
 	}
 
 	// The claims are authentic from here on; they can still be stale, aimed
 	// at another endpoint, or about another body.
 	rawClaims, err := strictB64.DecodeString(c)
 	if err != nil {
-		return verr(ErrMalformedToken, "claims are not base64url")
+		return nil, verr(ErrMalformedToken, "claims are not base64url")
 	}
 	var cl tokenClaims
 	if err := json.Unmarshal(rawClaims, &cl); err != nil {
-		return verr(ErrMalformedToken, "claims are not a JSON object of the expected types")
+		return nil, verr(ErrMalformedToken, "claims are not a JSON object of the expected types")
 	}
 	if cl.Iss != "Upstash" {
-		return verr(ErrInvalidIssuer, "iss is %q", truncate(cl.Iss))
+		return nil, verr(ErrInvalidIssuer, "iss is %q", truncate(cl.Iss))
 	}
 	if url == "" {
-		return verr(ErrInvalidSubject, "the expected URL is empty: configure the endpoint's public URL")
+		return nil, verr(ErrInvalidSubject, "the expected URL is empty: configure the endpoint's public URL")
 	}
 	if cl.Sub == nil || *cl.Sub != url {
 		got := "<absent>"
 		if cl.Sub != nil {
 			got = truncate(*cl.Sub)
 		}
-		return verr(ErrInvalidSubject, "sub is %q, this endpoint is %q", got, url)
+		return nil, verr(ErrInvalidSubject, "sub is %q, this endpoint is %q", got, url)
 	}
 
 	now := v.clock.Now()
 	if cl.Exp == nil {
-		return verr(ErrMissingExpiry, "QStash always sets exp; a token without one would be valid forever")
+		return nil, verr(ErrMissingExpiry, "QStash always sets exp; a token without one would be valid forever")
 	}
 	for _, d := range [...]*float64{cl.Exp, cl.Nbf, cl.Iat} {
 		if d != nil && (math.IsNaN(*d) || math.IsInf(*d, 0) || *d < 0 || *d > 1e12) {
-			return verr(ErrMalformedToken, "a numeric date is out of range")
+			return nil, verr(ErrMalformedToken, "a numeric date is out of range")
 		}
 	}
 	exp := unixTime(*cl.Exp)
 	if !now.Before(exp.Add(v.leeway)) {
-		return verr(ErrTokenExpired, "expired at %s, now %s", exp.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		return nil, verr(ErrTokenExpired, "expired at %s, now %s", exp.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
 	// QStash sends nbf as 0 or as iat (the SDKs accept both); 0 means none.
 	if cl.Nbf != nil && *cl.Nbf > 0 {
 		if nbf := unixTime(*cl.Nbf); now.Add(v.leeway).Before(nbf) {
-			return verr(ErrTokenNotYetValid, "not before %s, now %s", nbf.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+			return nil, verr(ErrTokenNotYetValid, "not before %s, now %s", nbf.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
 	}
 	if cl.Iat != nil {
 		iat := unixTime(*cl.Iat)
 		if now.Add(v.leeway).Before(iat) {
-			return verr(ErrTokenNotYetValid, "issued at %s, in the future (now %s)", iat.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+			return nil, verr(ErrTokenNotYetValid, "issued at %s, in the future (now %s)", iat.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
 		if exp.Before(iat) {
-			return verr(ErrMalformedToken, "exp is before iat")
+			return nil, verr(ErrMalformedToken, "exp is before iat")
 		}
 	}
 
 	if cl.Body == nil {
-		return verr(ErrBodyMismatch, "the token has no body claim")
+		return nil, verr(ErrBodyMismatch, "the token has no body claim")
 	}
 	// QStash's server writes the hash with = padding, while some SDK signers
 	// strip it and JWT tooling never pads; the hash is the same either way,
@@ -316,9 +363,12 @@ func (v *Verifier) Verify(token string, body []byte, url string) error {
 	base64.RawURLEncoding.Encode(want[:], sum[:])
 	got := strings.TrimRight(*cl.Body, "=")
 	if subtle.ConstantTimeCompare([]byte(got), want[:]) != 1 {
-		return verr(ErrBodyMismatch, "the body was altered or is not the one QStash signed")
+		return nil, verr(ErrBodyMismatch, "the body was altered or is not the one QStash signed")
 	}
-	return nil
+	if cl.Jti != nil && len(*cl.Jti) > maxTokenIDBytes {
+		return nil, verr(ErrMalformedToken, "jti is %d bytes long", len(*cl.Jti))
+	}
+	return &cl, nil
 }
 
 // matches reports whether mac is the HMAC of signed under this pool's key.

@@ -272,7 +272,7 @@ func TestReceiverSignatureMatrix(t *testing.T) {
 			h, d := &effects{}, &recordingDeduper{}
 			rc, decisions := newTestReceiver(t, h, d)
 			e := testEvent(t)
-			w := serve(rc, deliveryRequest(e, tc.token(t, e.Payload)))
+			w := serve(rc, deliveryRequest(e, tc.token(t, deliveryBody(t, e))))
 			if tc.wantErr == nil {
 				if w.Code != http.StatusOK || len(h.Applied()) != 1 {
 					t.Fatalf("status %d, %d effect(s); want 200 and 1 (body %s)", w.Code, len(h.Applied()), w.Body)

@@ -39,6 +39,19 @@ type QStashSubscriberConfig struct {
 	// Leeway is the clock skew tolerated on the signature's exp, nbf and
 	// iat. Defaults to qstash.DefaultLeeway (5s).
 	Leeway time.Duration
+	// ReplayGuard refuses a signature token already accepted, so a captured
+	// delivery cannot be sent again while its token is valid (see
+	// qstash.ReceiverConfig.ReplayGuard). Defaults to a
+	// qstash.NewMemoryReplayGuard for this subscriber; instances sharing a
+	// URL should share one guard. It matters more here than for a
+	// qstash.Receiver: the subscriber runs no Deduper of its own.
+	ReplayGuard qstash.ReplayGuard
+	// AllowBinaryMode accepts CloudEvents binary-mode deliveries, whose
+	// attributes travel in headers QStash does not sign (see
+	// qstash.ReceiverConfig.AllowBinaryMode). Defaults to false: the event,
+	// and so the message's UUID and metadata, is read from the signed body
+	// alone.
+	AllowBinaryMode bool
 	// CloseTimeout is how long, after Close, a delivery whose message was
 	// already handed out still waits for its acknowledgement (Ack answers
 	// 200); after that it is answered 500 and QStash redelivers it. Close
@@ -66,8 +79,10 @@ type QStashSubscriberConfig struct {
 // to: mount it at the path of Config.URL.
 //
 // Each request goes through qstash.Receiver, which refuses non-POSTs,
-// oversized bodies, and any request whose signature does not verify
-// strictly, and decodes the event from its CloudEvents headers. The event
+// oversized bodies, any request whose signature does not verify strictly
+// and any token already accepted (a replay), and decodes the event from the
+// signed body (a CloudEvents structured-mode document; binary mode only
+// with AllowBinaryMode). The event
 // becomes a message (MessageFromEvent: UUID = event ID) on the channel of
 // its topic, and the request waits for it: Ack answers 200, Nack answers 500
 // so QStash retries with its backoff (Upstash-Retried counts the retries;
@@ -154,6 +169,8 @@ func NewQStashSubscriber(cfg *QStashSubscriberConfig) (*QStashSubscriber, error)
 		Consumer:          "outboxwatermill",
 		MaxBodyBytes:      c.MaxBodyBytes,
 		Leeway:            c.Leeway,
+		ReplayGuard:       c.ReplayGuard,
+		AllowBinaryMode:   c.AllowBinaryMode,
 		Clock:             c.Clock,
 		Logger:            c.Logger,
 		OnDecision:        c.OnDecision,

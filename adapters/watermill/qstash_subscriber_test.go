@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -33,6 +34,21 @@ type qstashRig struct {
 	endpoint *httptest.Server
 	url      string
 	sub      *outboxwatermill.QStashSubscriber
+
+	mu       sync.Mutex
+	captured []capturedDelivery // every delivery request, as it arrived
+}
+
+// capturedDelivery is a delivery request as it crossed the wire.
+type capturedDelivery struct {
+	header http.Header
+	body   []byte
+}
+
+func (r *qstashRig) deliveries() []capturedDelivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]capturedDelivery(nil), r.captured...)
 }
 
 func newQStashRig(t *testing.T, cfg outboxwatermill.QStashSubscriberConfig) *qstashRig {
@@ -54,7 +70,14 @@ func newQStashRig(t *testing.T, cfg outboxwatermill.QStashSubscriberConfig) *qst
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux.Handle("POST /qstash/events", r.sub)
+	mux.HandleFunc("POST /qstash/events", func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.captured = append(r.captured, capturedDelivery{req.Header.Clone(), body})
+		r.mu.Unlock()
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		r.sub.ServeHTTP(w, req)
+	})
 	t.Cleanup(func() {
 		_ = r.sub.Close()
 		_ = dev.Close() // aborts attempts in flight, so the endpoint can shut down
@@ -266,6 +289,63 @@ func TestQStashSubscriberAnswers(t *testing.T) {
 	}
 }
 
+// TestQStashSubscriberCapturedDeliveryIsNotReplayed: a delivery relayed
+// through qstashdev is captured and sent again, three times with a fresh
+// ce-id. The subscriber runs no Deduper, so each replay would be a new
+// message for the Watermill handler; none may be handed out.
+func TestQStashSubscriberCapturedDeliveryIsNotReplayed(t *testing.T) {
+	t.Parallel()
+	rig := newQStashRig(t, outboxwatermill.QStashSubscriberConfig{})
+	subCtx, stopSub := context.WithCancel(context.Background())
+	defer stopSub()
+	ch, err := rig.sub.Subscribe(subCtx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := eventTo("", "t")
+	rig.relay(t, e)
+	msg := receive(t, ch, 10*time.Second)
+	msg.Ack()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := rig.dev.WaitIdle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ds := rig.deliveries()
+	if len(ds) != 1 {
+		t.Fatalf("%d deliveries, want 1", len(ds))
+	}
+	// Whatever is handed out from here on is a replay; it is acked so its
+	// request completes.
+	var replayed []string
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		for m := range ch {
+			replayed = append(replayed, m.UUID)
+			m.Ack()
+		}
+	}()
+	for range 3 {
+		req, _ := http.NewRequest(http.MethodPost, rig.url, bytes.NewReader(ds[0].body))
+		req.Header = ds[0].header.Clone()
+		req.Header.Set("Ce-Id", core.NewID().String())
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("replay answered 200")
+		}
+	}
+	stopSub()
+	<-readerDone
+	if len(replayed) != 0 {
+		t.Fatalf("replayed deliveries were handed out as messages %v", replayed)
+	}
+}
+
 func TestNewQStashSubscriberValidates(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]*outboxwatermill.QStashSubscriberConfig{
@@ -282,19 +362,79 @@ func TestNewQStashSubscriberValidates(t *testing.T) {
 
 const endpointURL = "https://consumer.example/qstash"
 
-// signedDelivery builds the request QStash would send for e.
+// signedDelivery builds the request QStash would send for e, in the
+// publisher's default structured mode.
 func signedDelivery(t *testing.T, ctx context.Context, e core.Event) *http.Request {
 	t.Helper()
-	token, err := qstash.Signer{Key: qstashdev.DefaultCurrentSigningKey}.Sign(e.Payload, endpointURL)
+	body, err := qstash.EncodeStructuredEvent(e)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, endpointURL, bytes.NewReader(e.Payload))
-	for k, v := range core.CloudEventHeaders(e) {
-		req.Header.Set(k, v)
+	token, err := qstash.Signer{Key: qstashdev.DefaultCurrentSigningKey}.Sign(body, endpointURL)
+	if err != nil {
+		t.Fatal(err)
 	}
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, endpointURL, bytes.NewReader(body))
+	req.Header.Set("Content-Type", qstash.ContentTypeStructured)
 	req.Header.Set("Upstash-Signature", token)
 	return req
+}
+
+// replayOf copies a delivery request, as whoever captured it would send it
+// again.
+func replayOf(t *testing.T, req *http.Request, body []byte) *http.Request {
+	t.Helper()
+	r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, endpointURL, bytes.NewReader(body))
+	r.Header = req.Header.Clone()
+	return r
+}
+
+// TestQStashSubscriberRefusesReplaysAndUnsignedAttributes: the subscriber
+// has no Deduper, so a captured delivery sent again with a fresh ce-id
+// would be a new message for the Watermill handler. The replay guard
+// refuses the token, and the message's UUID and metadata come from the
+// signed body, never from ce-* headers.
+func TestQStashSubscriberRefusesReplaysAndUnsignedAttributes(t *testing.T) {
+	t.Parallel()
+	sub := newDirectQStashSubscriber(t, 0)
+	ch, err := sub.Subscribe(context.Background(), "order.placed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := eventTo("", "order.placed")
+	req := signedDelivery(t, context.Background(), e)
+	body, _ := qstash.EncodeStructuredEvent(e)
+	req.Header.Set("ce-id", core.NewID().String()) // unsigned: ignored
+	req.Header.Set("ce-type", "order.refunded")
+	req.Header.Set("traceparent", "00-11111111111111111111111111111111-2222222222222222-01")
+	rec, done := serve(sub, req)
+	msg := receive(t, ch, 5*time.Second)
+	if msg.UUID != e.ID.String() {
+		t.Errorf("message UUID %s from an unsigned header, want the signed event ID %s", msg.UUID, e.ID)
+	}
+	if got := msg.Metadata.Get("traceparent"); got == "00-11111111111111111111111111111111-2222222222222222-01" {
+		t.Errorf("traceparent taken from an unsigned header")
+	}
+	msg.Ack()
+	<-done
+	if rec.Code != http.StatusOK {
+		t.Fatalf("delivery answered %d, want 200", rec.Code)
+	}
+
+	for range 3 {
+		r := replayOf(t, req, body)
+		r.Header.Set("ce-id", core.NewID().String())
+		rec, done := serve(sub, r)
+		<-done
+		if rec.Code != http.StatusUnauthorized {
+			t.Errorf("replay answered %d, want 401", rec.Code)
+		}
+	}
+	select {
+	case m := <-ch:
+		t.Fatalf("a replayed delivery was handed out: %s", m.UUID)
+	default:
+	}
 }
 
 func newDirectQStashSubscriber(t *testing.T, closeTimeout time.Duration) *outboxwatermill.QStashSubscriber {

@@ -80,9 +80,9 @@ func TestBadInputEndToEnd(t *testing.T) {
 	dlq := map[string]int{} // event ID → status of QStash's last attempt
 	for _, d := range e.qs.DLQ() {
 		if d.Message.Retried > qstashRetries {
-			t.Errorf("QStash tried %s %d times, more than 1+Retries", headerValue(d.Message.Header, "ce-id"), d.Message.Retried+1)
+			t.Errorf("QStash tried %s %d times, more than 1+Retries", eventIDOf(d.Message), d.Message.Retried+1)
 		}
-		dlq[headerValue(d.Message.Header, "ce-id")] = d.ResponseStatus
+		dlq[eventIDOf(d.Message)] = d.ResponseStatus
 	}
 	type end struct {
 		attempts        int

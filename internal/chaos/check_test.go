@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/qstash"
+	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
 // outcome is what the database, qstashdev and the proxy say about a run.
@@ -90,7 +92,7 @@ func (e *env) check(ctx context.Context, rolledBack []core.ID) (outcome, error) 
 	// Unknown-type events must sit in QStash's DLQ (answered 489 once).
 	inDLQ := make(map[string]bool)
 	for _, d := range e.qs.DLQ() {
-		inDLQ[strings.ToLower(headerValue(d.Message.Header, "ce-id"))] = true
+		inDLQ[eventIDOf(d.Message)] = true
 	}
 	rows, err := e.pool.Query(ctx, `SELECT event_id::text FROM `+e.table("orders")+` WHERE kind = 'unknown'`)
 	if err != nil {
@@ -111,12 +113,18 @@ func (e *env) check(ctx context.Context, rolledBack []core.ID) (outcome, error) 
 	return o, rows.Err()
 }
 
-// headerValue looks name up case-insensitively: qstashdev keeps forwarded
-// names as the publisher spelled them.
-func headerValue(h map[string][]string, name string) string {
-	for k, v := range h {
-		if strings.EqualFold(k, name) && len(v) > 0 {
-			return v[0]
+// eventIDOf returns the ID of the event a QStash message carries: from its
+// body, a CloudEvents structured-mode document (the publisher's default),
+// or else from the ce-id header a binary-mode message forwards. "" when it
+// carries none.
+func eventIDOf(m qstashdev.Message) string {
+	if e, err := qstash.DecodeStructuredEvent(m.Body); err == nil {
+		return e.ID.String()
+	}
+	// qstashdev keeps forwarded names as the publisher spelled them.
+	for k, v := range m.Header {
+		if strings.EqualFold(k, "ce-id") && len(v) > 0 {
+			return strings.ToLower(v[0])
 		}
 	}
 	return ""

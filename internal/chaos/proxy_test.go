@@ -184,9 +184,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // publishedIDs reads the event IDs of a publish or batch request from the
-// ce-id header the publisher forwards.
+// deduplication ID the publisher sets to the event ID, in either content
+// mode.
 func publishedIDs(r *http.Request, body []byte) []core.ID {
-	const fwd = "Upstash-Forward-Ce-Id"
+	const fwd = "Upstash-Deduplication-Id"
 	switch {
 	case r.URL.Path == "/v2/batch":
 		var msgs []struct {

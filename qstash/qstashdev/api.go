@@ -14,6 +14,9 @@ import (
 // destinations are whole URLs inside the path ("/v2/publish/https://x/a"),
 // which http.ServeMux would clean and redirect.
 func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
+	if s.checkBrowser(w, r) {
+		return
+	}
 	path := r.URL.EscapedPath()
 	rest, ok := strings.CutPrefix(path, "/v2/")
 	if !ok {

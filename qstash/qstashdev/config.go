@@ -125,6 +125,15 @@ type Config struct {
 	// MaxBodyBytes.
 	MaxPendingBytes int64
 
+	// AllowedOrigins lists the origins (scheme://host[:port], such as
+	// http://localhost:3000) whose browser pages may call the API besides
+	// the server's own; they get the CORS answers a page needs. Any other
+	// Origin is refused with 403, because the default token is public and
+	// any page could otherwise publish through a developer's server.
+	// Requests without Origin (SDKs, curl, relays) are not affected.
+	// Defaults to none.
+	AllowedOrigins []string
+
 	// Reject, when set, sees every authenticated API request before it is
 	// handled; a non-nil Rejection is answered instead. It lets tests
 	// simulate QStash's 429 quota and burst limits (see RateLimited and
@@ -250,6 +259,9 @@ func (c Config) validate() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative: use a positive value, or 0 for the default", f.name))
 		}
+	}
+	if _, err := parseAllowedOrigins(c.AllowedOrigins); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxPendingBytes > 0 && c.MaxPendingBytes < c.MaxBodyBytes {
 		errs = append(errs, fmt.Errorf("MaxPendingBytes %d is below MaxBodyBytes %d, so a message of the largest size could never be accepted: raise MaxPendingBytes, or leave it 0 for 64 × MaxBodyBytes", c.MaxPendingBytes, c.MaxBodyBytes))

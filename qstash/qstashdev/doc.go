@@ -48,6 +48,14 @@
 // after ';' or '&'), so the token never reaches a destination, a
 // signature, the event log or the DLQ.
 //
+// Browsers are kept out, because the default token is public and any page
+// a developer visits could otherwise publish through their server: a
+// request with an Origin other than the server's own or one of
+// Config.AllowedOrigins (which get CORS answers) is refused with 403, and
+// with the default token so is a request whose Host is not localhost or a
+// loopback IP (a DNS-rebinding page). SDKs, curl and relays send no
+// Origin and address the server by the URL they were given.
+//
 //	POST   /v2/publish/{url or url group}       publish; 200 {messageId}, a group answers [{messageId,url}]
 //	POST   /v2/enqueue/{queue}/{url or group}   publish through a FIFO queue (created on first use, parallelism 1)
 //	POST   /v2/batch                            [{destination,headers,body,queue}] → answers aligned with the input

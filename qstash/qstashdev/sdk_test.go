@@ -383,3 +383,42 @@ func TestSDKReceiverVerifies(t *testing.T) {
 		t.Error("Verify accepted other keys")
 	}
 }
+
+// originTransport adds an Origin header to every request, as a browser
+// page would.
+type originTransport struct {
+	origin string
+	next   http.RoundTripper
+}
+
+func (o originTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Origin", o.origin)
+	return o.next.RoundTrip(r)
+}
+
+// TestSDKAndForgedOrigin checks the origin policy against the SDK: the SDK
+// sends no Origin and keeps working; the same calls under a foreign
+// Origin are refused and publish nothing.
+func TestSDKAndForgedOrigin(t *testing.T) {
+	h := newHarness(t, qstashdev.Config{})
+	dst := newSink(t, nil)
+	c := sdkClient(t, h)
+	if _, err := c.Publish(qstash.PublishOptions{Url: dst.url("/sdk"), Body: "ok"}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	h.waitIdle()
+
+	forged := qstash.NewClientWith(qstash.Options{Url: h.ts.URL, Token: qstashdev.DefaultToken,
+		Client: &http.Client{Transport: originTransport{origin: "https://evil.example", next: h.ts.Client().Transport}}})
+	if _, err := forged.Publish(qstash.PublishOptions{Url: dst.url("/forged"), Body: "no"}); err == nil {
+		t.Fatal("Publish under a foreign Origin succeeded")
+	}
+	if _, err := forged.Keys().Get(); err == nil {
+		t.Fatal("Keys under a foreign Origin succeeded")
+	}
+	h.waitIdle()
+	if got := dst.deliveries(); len(got) != 1 || got[0].Path != "/sdk" {
+		t.Fatalf("deliveries %+v, want only the SDK's own", got)
+	}
+}

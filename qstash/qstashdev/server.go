@@ -29,6 +29,7 @@ type Server struct {
 	ids       *idSource
 	log       *slog.Logger
 	signer    atomic.Pointer[signer] // the current key's signer
+	allowed   []originKey            // Config.AllowedOrigins, parsed
 	dlqIDs    atomic.Uint64
 
 	// ctx is cancelled by Close (or an expired Shutdown) to abort attempts
@@ -89,6 +90,7 @@ func New(cfg Config) (*Server, error) {
 		events:   eventLog{buf: make([]Event, 0, min(cfg.MaxEvents, 1024)), max: cfg.MaxEvents},
 		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ, maxBytes: cfg.MaxDLQBytes},
 	}
+	s.allowed, _ = parseAllowedOrigins(cfg.AllowedOrigins) // validated above
 	s.workCond = sync.NewCond(&s.mu)
 	s.signer.Store(newSigner(cfg.CurrentSigningKey))
 	s.ctx, s.cancel = context.WithCancel(context.Background())

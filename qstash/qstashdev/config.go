@@ -117,13 +117,20 @@ type Config struct {
 	// quotas; nothing within the bound is refused. Callbacks are never
 	// refused, but count. Defaults to 200,000.
 	MaxPendingMessages int
-	// MaxPendingBytes bounds the body and header bytes of those messages
-	// (a URL-group publish counts once per endpoint), refused in the same
-	// way. A dev server left running under a load test, or fed delayed
+	// MaxPendingBytes bounds the bytes those messages hold (body,
+	// destination URL, headers and option strings; a URL-group publish
+	// counts once per endpoint), refused in the same way. A dev server left running under a load test, or fed delayed
 	// messages, would otherwise grow its heap by every byte published.
 	// Defaults to 64 × MaxBodyBytes (64 MiB); it must not be below
 	// MaxBodyBytes.
 	MaxPendingBytes int64
+	// MaxQueues bounds the queues, which enqueue creates on first use and
+	// which outlive their messages; beyond it a new queue is refused with
+	// 412, QStash's answer to its plans' queue limits. Defaults to 1,000.
+	MaxQueues int
+	// MaxURLGroups bounds the URL groups in the same way (412). Each group
+	// holds at most 1,000 endpoints. Defaults to 1,000.
+	MaxURLGroups int
 
 	// AllowedOrigins lists the origins (scheme://host[:port], such as
 	// http://localhost:3000) whose browser pages may call the API besides
@@ -217,6 +224,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxPendingBytes == 0 {
 		c.MaxPendingBytes = timesBodies(64, c.MaxBodyBytes)
 	}
+	if c.MaxQueues == 0 {
+		c.MaxQueues = 1_000
+	}
+	if c.MaxURLGroups == 0 {
+		c.MaxURLGroups = 1_000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -255,6 +268,8 @@ func (c Config) validate() error {
 		{"MaxDLQBytes", c.MaxDLQBytes},
 		{"MaxPendingMessages", int64(c.MaxPendingMessages)},
 		{"MaxPendingBytes", c.MaxPendingBytes},
+		{"MaxQueues", int64(c.MaxQueues)},
+		{"MaxURLGroups", int64(c.MaxURLGroups)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative: use a positive value, or 0 for the default", f.name))

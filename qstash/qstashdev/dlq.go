@@ -138,6 +138,8 @@ func (s *Server) retryDLQLocked(dlqID string) (string, bool) {
 		kind: src.kind, sourceMsgID: src.sourceMsgID, size: src.size,
 	}
 	if m.queueName != "" {
+		// Not held to MaxQueues: the DLQ's own bound limits what a retry
+		// can bring back.
 		m.queue = s.queueLocked(m.queueName, now)
 	}
 	s.createLocked(m, now)

@@ -141,11 +141,15 @@
 //     MaxDeduplicationKeys) rather than kept for days; the oldest entries
 //     go first.
 //   - Pending messages (delayed, queued, retrying, in flight) are bounded
-//     too: Config.MaxPendingMessages (200,000) and MaxPendingBytes (body
-//     and header bytes, 64 MiB). A publish, enqueue or batch beyond them
+//     too: Config.MaxPendingMessages (200,000) and MaxPendingBytes (body,
+//     URL, headers and option strings, 64 MiB). A publish, enqueue or batch beyond them
 //     is refused whole with 429, {"error": "..."} and Retry-After: 1, the
 //     answer a publisher already backs off from; callbacks and DLQ retries
-//     are never refused, but count.
+//     are never refused, but count. Queues and URL groups, which outlive
+//     their messages, are bounded by Config.MaxQueues and MaxURLGroups
+//     (1,000 each, then 412), a group holds at most 1,000 endpoints, URLs
+//     are at most 16 KiB and labels, deduplication ids and flow-control
+//     keys 4 KiB (then 400).
 //   - Schedules (/v2/schedules) answer 501, and API destinations ("api/...",
 //     LLM providers) are refused; nothing of outboxkit needs them.
 //   - An attempt times out after Config.Timeout (30s) unless the message

@@ -29,15 +29,58 @@ func headerBytes(h http.Header) int64 {
 	return n
 }
 
-// messageSize is what a pending message counts against MaxPendingBytes.
-func messageSize(body []byte, h http.Header) int64 {
-	return int64(len(body)) + headerBytes(h)
+// messageSize is what a pending message counts against MaxPendingBytes,
+// apart from its destination URL (a URL-group publish shares everything
+// else between its endpoints' messages): the body, the headers, and the
+// strings kept for callbacks, events and flow control.
+func messageSize(body []byte, h http.Header, strs ...string) int64 {
+	n := int64(len(body)) + headerBytes(h)
+	for _, s := range strs {
+		n += int64(len(s))
+	}
+	return n
 }
 
-// reservePendingLocked checks that n more messages of size bytes each fit
-// within MaxPendingMessages and MaxPendingBytes. createLocked does the
-// accounting; this only decides.
-func (s *Server) reservePendingLocked(n int, size int64) *apiError {
+// Lengths of the strings a message keeps besides its body and headers.
+// Each lands in the event log, the DLQ or the deduplication index, which
+// bound their entries by count: without these, 10,000 events could hold a
+// megabyte of label each.
+const (
+	maxURLBytes    = 16 << 10 // destination, callback and endpoint URLs
+	maxOptionBytes = 4 << 10  // label, deduplication id, flow-control key
+)
+
+// maxGroupEndpoints bounds the endpoints of a URL group: each publish to
+// the group creates a message per endpoint.
+const maxGroupEndpoints = 1000
+
+// checkLen refuses a string longer than max bytes.
+func checkLen(what, v string, max int) *apiError {
+	if len(v) > max {
+		return badRequest("%s is longer than %d bytes", what, max)
+	}
+	return nil
+}
+
+// limitReached is QStash's answer to a plan limit on queues or groups.
+func limitReached(format string, args ...any) *apiError {
+	return &apiError{status: http.StatusPreconditionFailed, msg: fmt.Sprintf(format, args...)}
+}
+
+// newQueueAllowedLocked reports whether a queue named name may be used:
+// it exists, or one more fits within MaxQueues (extra counts queues a
+// batch is about to create).
+func (s *Server) newQueueAllowedLocked(name string, extra int) *apiError {
+	if _, ok := s.queues[name]; ok || len(s.queues)+extra < s.cfg.MaxQueues {
+		return nil
+	}
+	return limitReached("queue %q not created: the server holds %d queues, its limit (Config.MaxQueues); delete one with DELETE /v2/queues/<name>, or reuse one", name, s.cfg.MaxQueues)
+}
+
+// reservePendingLocked checks that n more messages holding bytes in all
+// fit within MaxPendingMessages and MaxPendingBytes. createLocked does
+// the accounting; this only decides.
+func (s *Server) reservePendingLocked(n int, bytes int64) *apiError {
 	if n == 0 {
 		return nil
 	}
@@ -45,11 +88,20 @@ func (s *Server) reservePendingLocked(n int, size int64) *apiError {
 		return pendingFull(fmt.Sprintf("too many pending messages: %d are waiting for delivery and %d more would exceed the limit of %d (Config.MaxPendingMessages); retry once some are delivered",
 			s.pending, n, s.cfg.MaxPendingMessages))
 	}
-	if s.pendingBytes+int64(n)*size > s.cfg.MaxPendingBytes {
+	if s.pendingBytes+bytes > s.cfg.MaxPendingBytes {
 		return pendingFull(fmt.Sprintf("pending messages hold too many bytes: %d are waiting for delivery and %d more would exceed the limit of %d (Config.MaxPendingBytes); retry once some are delivered",
-			s.pendingBytes, int64(n)*size, s.cfg.MaxPendingBytes))
+			s.pendingBytes, bytes, s.cfg.MaxPendingBytes))
 	}
 	return nil
+}
+
+// targetsBytes is what the messages of sp to targets hold in all.
+func targetsBytes(sp *publishSpec, targets []Endpoint) int64 {
+	n := int64(len(targets)) * sp.size
+	for _, t := range targets {
+		n += int64(len(t.URL))
+	}
+	return n
 }
 
 func pendingFull(msg string) *apiError {
@@ -62,12 +114,14 @@ func pendingFull(msg string) *apiError {
 // batch is taken or refused whole: a relay that had half of its batch
 // accepted would have to sort out which half. It counts what submitLocked
 // will create: one message per URL, one per endpoint of a known group, and
-// none for an element deduplicated by an earlier message or element.
+// none for an element deduplicated by an earlier message or element, or
+// refused for a queue beyond MaxQueues.
 func (s *Server) reserveBatchLocked(specs []*publishSpec, now time.Time) *apiError {
 	var (
-		n     int
-		bytes int64
-		seen  map[string]bool
+		n         int
+		bytes     int64
+		seen      map[string]bool
+		newQueues map[string]bool
 	)
 	for _, sp := range specs {
 		if sp == nil {
@@ -77,20 +131,33 @@ func (s *Server) reserveBatchLocked(specs []*publishSpec, now time.Time) *apiErr
 			if seen[sp.dedupKey] || s.dedup.get(sp.dedupKey, now) != nil {
 				continue
 			}
+		}
+		if sp.queue != "" && !newQueues[sp.queue] {
+			if s.newQueueAllowedLocked(sp.queue, len(newQueues)) != nil {
+				continue
+			}
+			if s.queues[sp.queue] == nil {
+				if newQueues == nil {
+					newQueues = make(map[string]bool)
+				}
+				newQueues[sp.queue] = true
+			}
+		}
+		if sp.dedupKey != "" {
 			if seen == nil {
 				seen = make(map[string]bool)
 			}
 			seen[sp.dedupKey] = true
 		}
-		targets := 1
+		targets := []Endpoint{{URL: sp.dest}}
 		if !sp.isURL {
-			targets = 0
+			targets = nil
 			if g := s.groups[sp.dest]; g != nil {
-				targets = len(g.endpoints)
+				targets = g.endpoints
 			}
 		}
-		n += targets
-		bytes += int64(targets) * sp.size
+		n += len(targets)
+		bytes += targetsBytes(sp, targets)
 	}
 	if n == 0 {
 		return nil

@@ -3,6 +3,7 @@ package qstashdev_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,11 +54,15 @@ func TestPendingMessageCap(t *testing.T) {
 	}
 }
 
+// Pending bytes are the body, the destination URL, headers and option
+// strings. Every destination below has the length u of dst.url("/p"), so
+// the cap is 250 bytes of bodies and headers beside three URLs.
 func TestPendingBytesCap(t *testing.T) {
 	t.Parallel()
 	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock, MaxBodyBytes: 100, MaxPendingBytes: 250})
 	dst := newSink(t, nil)
+	u := int64(len(dst.url("/p")))
+	h := newHarness(t, qstashdev.Config{Clock: clock, MaxBodyBytes: 100, MaxPendingBytes: 250 + 3*u})
 	delayed := hdr("Upstash-Delay", "1m")
 	publish := func(header http.Header, n int) (int, http.Header, []byte) {
 		t.Helper()
@@ -77,7 +82,7 @@ func TestPendingBytesCap(t *testing.T) {
 	s, hd, b := publish(nil, 51)
 	wantPendingRefused(t, "251 bytes pending", s, hd, b)
 	if s, _, b := publish(nil, 50); s != http.StatusOK {
-		t.Fatalf("exactly 250 bytes pending: %d %s, want 200", s, b)
+		t.Fatalf("exactly 250 bytes (and three URLs) pending: %d %s, want 200", s, b)
 	}
 
 	// Forwarded headers count too: "X" and "123456789" are 10 bytes.
@@ -128,7 +133,8 @@ func TestPendingBytesCap(t *testing.T) {
 }
 
 // With the defaults, a stream of maximal delayed messages stops at
-// 64 MiB instead of growing the heap by every megabyte sent.
+// 64 MiB instead of growing the heap by every megabyte sent: 63 messages
+// of 1 MiB, as each one's URL counts too.
 func TestDefaultPendingBytesCap(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, qstashdev.Config{Clock: newFakeClock()})
@@ -144,8 +150,8 @@ func TestDefaultPendingBytesCap(t *testing.T) {
 		wantPendingRefused(t, "a maximal message beyond the default cap", status, header, b)
 		break
 	}
-	if accepted != 64 {
-		t.Fatalf("%d maximal messages accepted, want 64 (64 MiB)", accepted)
+	if accepted != 63 {
+		t.Fatalf("%d maximal messages accepted, want 63 (64 MiB)", accepted)
 	}
 }
 
@@ -170,4 +176,96 @@ func TestDLQBytesCap(t *testing.T) {
 	if dlq[len(dlq)-1].Message.ID != last {
 		t.Fatalf("newest DLQ entry is %s, want %s: the oldest go first", dlq[len(dlq)-1].Message.ID, last)
 	}
+}
+
+// Queues and URL groups are created on first use and outlive their
+// messages: a publisher naming a queue per aggregate would grow them
+// forever. Beyond their bounds QStash's limit answer, 412, comes back.
+func TestQueueAndURLGroupBounds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, qstashdev.Config{MaxQueues: 2, MaxURLGroups: 1})
+	dst := newSink(t, nil)
+	wantLimit := func(what string, status int, b []byte) {
+		t.Helper()
+		var e struct {
+			Error string `json:"error"`
+		}
+		if status != http.StatusPreconditionFailed || json.Unmarshal(b, &e) != nil || e.Error == "" {
+			t.Fatalf("%s: %d %s, want 412 with a JSON error", what, status, b)
+		}
+	}
+	for _, q := range []string{"q1", "q2"} {
+		if status, _, b := h.do(http.MethodPost, "/v2/enqueue/"+q+"/"+dst.url("/q"), nil, "x"); status != http.StatusOK {
+			t.Fatalf("enqueue to %s: %d %s", q, status, b)
+		}
+	}
+	status, _, b := h.do(http.MethodPost, "/v2/enqueue/q3/"+dst.url("/q"), nil, "x")
+	wantLimit("a third queue", status, b)
+	status, _, b = h.do(http.MethodPost, "/v2/queues", nil, `{"queueName":"q4","parallelism":1}`)
+	wantLimit("upserting a third queue", status, b)
+	if status, _, b := h.do(http.MethodPost, "/v2/enqueue/q1/"+dst.url("/q"), nil, "x"); status != http.StatusOK {
+		t.Fatalf("enqueue to an existing queue: %d %s", status, b)
+	}
+	if status, _, b := h.do(http.MethodDelete, "/v2/queues/q2", nil, ""); status != http.StatusOK {
+		t.Fatalf("delete q2: %d %s", status, b)
+	}
+	if status, _, b := h.do(http.MethodPost, "/v2/enqueue/q3/"+dst.url("/q"), nil, "x"); status != http.StatusOK {
+		t.Fatalf("enqueue to q3 once q2 is gone: %d %s", status, b)
+	}
+
+	ep := func(urls ...string) string {
+		var parts []string
+		for _, u := range urls {
+			parts = append(parts, `{"url":"`+u+`"}`)
+		}
+		return `{"endpoints":[` + strings.Join(parts, ",") + `]}`
+	}
+	if status, _, b := h.do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(dst.url("/a"))); status != http.StatusOK {
+		t.Fatalf("create g1: %d %s", status, b)
+	}
+	status, _, b = h.do(http.MethodPost, "/v2/topics/g2/endpoints", nil, ep(dst.url("/a")))
+	wantLimit("a second URL group", status, b)
+
+	many := make([]string, 1001)
+	for i := range many {
+		many[i] = dst.url("/e" + strings.Repeat("x", i%7) + "/" + string(rune('a'+i%26)) + "/" + strconv.Itoa(i))
+	}
+	status, _, b = h.do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(many...))
+	wantLimit("1001 more endpoints", status, b)
+	if g := h.srv.URLGroups(); len(g) != 1 || len(g[0].Endpoints) != 1 {
+		t.Fatalf("a refused upsert changed the groups: %+v", g)
+	}
+	if status, _, b := h.do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(many[:999]...)); status != http.StatusOK {
+		t.Fatalf("1000 endpoints in all: %d %s", status, b)
+	}
+}
+
+// Strings a message keeps beyond its body are bounded too: each lands in
+// the event log, the DLQ or the deduplication index, which bound their
+// entries by count only.
+func TestOptionLengthBounds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, qstashdev.Config{})
+	dst := newSink(t, nil)
+	long := strings.Repeat("l", 4<<10+1)
+	for _, tc := range []struct {
+		name string
+		dest string
+		head http.Header
+	}{
+		{"label", dst.url("/o"), hdr("Upstash-Label", long)},
+		{"deduplication id", dst.url("/o"), hdr("Upstash-Deduplication-Id", long)},
+		{"flow-control key", dst.url("/o"), hdr("Upstash-Flow-Control-Key", long)},
+		{"retry delay", dst.url("/o"), hdr("Upstash-Retry-Delay", strings.Repeat("1+", 2<<10)+"1")},
+		{"callback url", dst.url("/o"), hdr("Upstash-Callback", dst.url("/"+strings.Repeat("c", 16<<10)))},
+		{"destination url", dst.url("/" + strings.Repeat("d", 16<<10)), nil},
+	} {
+		status, _, b := h.do(http.MethodPost, "/v2/publish/"+tc.dest, tc.head, "x")
+		if status != http.StatusBadRequest || !strings.Contains(string(b), "longer than") {
+			t.Errorf("%s too long: %d %.200s, want 400 naming the limit", tc.name, status, b)
+		}
+	}
+	// At the bounds, all is accepted.
+	h.publish(dst.url("/o"), hdr("Upstash-Label", long[:4<<10], "Upstash-Deduplication-Id", long[:4<<10]), "x")
+	h.waitIdle()
 }

@@ -75,6 +75,9 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 	if sp.dest, sp.isURL, err = parseDestination(dest); err != nil {
 		return nil, badRequest("%v", err)
 	}
+	if aerr := checkLen("destination url", sp.dest, maxURLBytes); aerr != nil {
+		return nil, aerr
+	}
 	if queue != "" && !validName(queue) {
 		return nil, badRequest("invalid queue name %q: use letters, digits, '-', '_' and '.'", queue)
 	}
@@ -116,6 +119,9 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 		sp.notBefore = time.Unix(secs, 0)
 	}
 	if v := h.Get("Upstash-Callback"); v != "" {
+		if aerr := checkLen("Upstash-Callback", v, maxURLBytes); aerr != nil {
+			return nil, aerr
+		}
 		if _, err := parseDestinationURL(v); err != nil {
 			return nil, badRequest("Upstash-Callback: %v", err)
 		}
@@ -125,6 +131,9 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 		}
 	}
 	if v := h.Get("Upstash-Failure-Callback"); v != "" {
+		if aerr := checkLen("Upstash-Failure-Callback", v, maxURLBytes); aerr != nil {
+			return nil, aerr
+		}
 		if _, err := parseDestinationURL(v); err != nil {
 			return nil, badRequest("Upstash-Failure-Callback: %v", err)
 		}
@@ -134,6 +143,9 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 		}
 	}
 	if v := h.Get("Upstash-Flow-Control-Key"); v != "" {
+		if aerr := checkLen("Upstash-Flow-Control-Key", v, maxOptionBytes); aerr != nil {
+			return nil, aerr
+		}
 		sp.fcKey = v
 		sp.fcPeriod = time.Second
 		if fv := h.Get("Upstash-Flow-Control-Value"); fv != "" {
@@ -144,12 +156,23 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 		}
 	}
 	sp.label = h.Get("Upstash-Label")
+	if aerr := checkLen("Upstash-Label", sp.label, maxOptionBytes); aerr != nil {
+		return nil, aerr
+	}
 	if id := h.Get("Upstash-Deduplication-Id"); id != "" {
+		if aerr := checkLen("Upstash-Deduplication-Id", id, maxOptionBytes); aerr != nil {
+			return nil, aerr
+		}
 		sp.dedupKey = sp.dest + "\x00id\x00" + id
 	} else if strings.EqualFold(h.Get("Upstash-Content-Based-Deduplication"), "true") {
 		sp.dedupKey = sp.dest + "\x00content\x00" + contentHash(sp)
 	}
-	sp.size = messageSize(sp.body, sp.header)
+	var expr string
+	if sp.retryDelay != nil {
+		expr = sp.retryDelay.src
+	}
+	sp.size = messageSize(sp.body, sp.header, sp.label, sp.callback, sp.failureCB, sp.fcKey, expr) +
+		headerBytes(sp.cbOpts.header) + headerBytes(sp.fcbOpts.header)
 	return sp, nil
 }
 
@@ -326,11 +349,14 @@ func (s *Server) submitLocked(sp *publishSpec, now time.Time) (res []publishResu
 		}
 		targets = g.endpoints
 	}
-	if aerr := s.reservePendingLocked(len(targets), sp.size); aerr != nil {
+	if aerr := s.reservePendingLocked(len(targets), targetsBytes(sp, targets)); aerr != nil {
 		return nil, false, aerr
 	}
 	var q *queue
 	if sp.queue != "" {
+		if aerr := s.newQueueAllowedLocked(sp.queue, 0); aerr != nil {
+			return nil, false, aerr
+		}
 		q = s.queueLocked(sp.queue, now)
 	}
 	if sp.fcSet {
@@ -347,7 +373,7 @@ func (s *Server) submitLocked(sp *publishSpec, now time.Time) (res []publishResu
 			method: sp.method, header: sp.header, body: sp.body, maxRetries: sp.maxRetries,
 			retryDelay: sp.retryDelay, timeout: sp.timeout, notBefore: notBefore, createdAt: now,
 			callerIP: sp.callerIP, label: sp.label, callback: sp.callback, failureCallback: sp.failureCB,
-			callbackOpts: sp.cbOpts, failureOpts: sp.fcbOpts, size: sp.size,
+			callbackOpts: sp.cbOpts, failureOpts: sp.fcbOpts, size: sp.size + int64(len(t.URL)),
 			fcKey: sp.fcKey, fcPar: sp.fcPar, fcRate: sp.fcRate, fcPeriod: sp.fcPeriod,
 		}
 		if !sp.isURL {

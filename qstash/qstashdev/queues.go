@@ -100,6 +100,11 @@ func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		s.mu.Lock()
+		if aerr := s.newQueueAllowedLocked(req.QueueName, 0); aerr != nil {
+			s.mu.Unlock()
+			writeAPIError(w, aerr)
+			return
+		}
 		now := s.clock.Now()
 		q := s.queueLocked(req.QueueName, now)
 		if req.Parallelism != nil {

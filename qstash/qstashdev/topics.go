@@ -133,12 +133,23 @@ func (s *Server) handleTopic(w http.ResponseWriter, r *http.Request, name, sub s
 		}
 		if r.Method == http.MethodPost {
 			for _, e := range req.Endpoints {
+				if aerr := checkLen("endpoint url", e.URL, maxURLBytes); aerr != nil {
+					writeAPIError(w, aerr)
+					return
+				}
+				if aerr := checkLen("endpoint name", e.Name, maxOptionBytes); aerr != nil {
+					writeAPIError(w, aerr)
+					return
+				}
 				if _, err := parseDestinationURL(e.URL); err != nil {
 					writeError(w, http.StatusBadRequest, "endpoint url: "+err.Error())
 					return
 				}
 			}
-			s.upsertEndpoints(name, req.Endpoints)
+			if aerr := s.upsertEndpoints(name, req.Endpoints); aerr != nil {
+				writeAPIError(w, aerr)
+				return
+			}
 		} else if !s.removeEndpoints(name, req.Endpoints) {
 			writeError(w, http.StatusNotFound, "url group "+name+" not found")
 			return
@@ -149,11 +160,21 @@ func (s *Server) handleTopic(w http.ResponseWriter, r *http.Request, name, sub s
 	}
 }
 
-func (s *Server) upsertEndpoints(name string, eps []Endpoint) {
+func (s *Server) upsertEndpoints(name string, eps []Endpoint) *apiError {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	g := s.groups[name]
+	if g == nil && len(s.groups) >= s.cfg.MaxURLGroups {
+		return limitReached("url group %q not created: the server holds %d URL groups, its limit (Config.MaxURLGroups); delete one with DELETE /v2/topics/<name>", name, s.cfg.MaxURLGroups)
+	}
+	var have []Endpoint
+	if g != nil {
+		have = g.endpoints
+	}
+	if n := len(have) + newEndpoints(have, eps); n > maxGroupEndpoints {
+		return limitReached("url group %q would hold %d endpoints, beyond the limit of %d: remove some first", name, n, maxGroupEndpoints)
+	}
 	if g == nil {
 		g = &urlGroup{name: name, createdAt: now}
 		s.groups[name] = g
@@ -171,6 +192,24 @@ next:
 		g.endpoints = append(g.endpoints, e)
 	}
 	s.signalChangeLocked()
+	return nil
+}
+
+// newEndpoints counts the URLs of eps that have does not hold yet, each
+// once: the endpoints an upsert adds.
+func newEndpoints(have, eps []Endpoint) int {
+	known := make(map[string]bool, len(have)+len(eps))
+	for _, e := range have {
+		known[e.URL] = true
+	}
+	n := 0
+	for _, e := range eps {
+		if !known[e.URL] {
+			known[e.URL] = true
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Server) removeEndpoints(name string, eps []Endpoint) bool {

@@ -694,6 +694,7 @@ func TestNewPublisherValidates(t *testing.T) {
 		}},
 		{"Label", func(c *qstash.PublisherConfig) { c.Label = "a\nb" }},
 		{"MaxBatchSize", func(c *qstash.PublisherConfig) { c.MaxBatchSize = -1 }},
+		{"ContentMode", func(c *qstash.PublisherConfig) { c.ContentMode = 7 }},
 	} {
 		cfg := &qstash.PublisherConfig{Token: testToken, Destination: qstash.Target{URL: endpointURL}}
 		tc.mutate(cfg)

@@ -49,7 +49,9 @@ type ReceiverConfig struct {
 	// consuming one event each apply it. Required.
 	Consumer string
 	// MaxBodyBytes bounds the request body; a larger one is answered 413
-	// without any effect. Defaults to DefaultMaxBodyBytes (1 MiB).
+	// without any effect. In structured mode the body is the payload plus
+	// the event's attributes (a few hundred bytes, more with large custom
+	// headers). Defaults to DefaultMaxBodyBytes (1 MiB).
 	MaxBodyBytes int64
 	// Leeway is the clock skew tolerated on the token's exp, nbf and iat.
 	// Defaults to DefaultLeeway (5s); negative means none.

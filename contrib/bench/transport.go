@@ -79,7 +79,10 @@ func (b *bench) drainQStash(ctx context.Context, profile string) (qstashResult, 
 	go func() { _ = consumer.Serve(consumerLn) }()
 	defer consumer.Close()
 
-	dev, err := qstashdev.New(qstashdev.Config{MaxEvents: 1000, MaxDeduplicationKeys: n + 1000})
+	dev, err := qstashdev.New(qstashdev.Config{MaxEvents: 1000, MaxDeduplicationKeys: n + 1000,
+		// The whole backlog may be pending at once: the default caps protect a
+		// developer's machine, not a benchmark.
+		MaxPendingMessages: n + 1000, MaxPendingBytes: int64(n+1000) * 4096})
 	if err != nil {
 		return qstashResult{}, err
 	}

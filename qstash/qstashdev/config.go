@@ -3,13 +3,13 @@ package qstashdev
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/logs"
 )
 
 // The credentials and address of Upstash's official local dev server. Tools
@@ -148,8 +148,8 @@ type Config struct {
 	// request body.
 	Reject func(r *http.Request) *Rejection
 
-	// Logger receives delivery failures and server errors. Defaults to a
-	// logger that discards.
+	// Logger receives server errors. Defaults to slog.Default() at warn
+	// level, so a server that cannot serve says why.
 	Logger *slog.Logger
 }
 
@@ -231,7 +231,7 @@ func (c Config) WithDefaults() Config {
 		c.MaxURLGroups = 1_000
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		c.Logger = logs.OrDefault(nil)
 	}
 	return c
 }

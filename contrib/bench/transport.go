@@ -26,7 +26,10 @@ type qstashResult struct {
 }
 
 // countingEndpoint is the consumer: it reads each delivery and counts
-// distinct events (by the CloudEvents id QStash forwards).
+// distinct events by their CloudEvents id, taken from the signed body in
+// structured mode (the publisher's default) and from the forwarded ce-id
+// header in binary mode. It decodes as a real consumer must, but does not
+// verify signatures: the receiver's cost is measured on its own.
 type countingEndpoint struct {
 	want       int64
 	deliveries atomic.Int64
@@ -36,9 +39,17 @@ type countingEndpoint struct {
 }
 
 func (c *countingEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	_, _ = io.Copy(io.Discard, r.Body)
+	body, _ := io.ReadAll(r.Body)
 	c.deliveries.Add(1)
 	id := r.Header.Get("Ce-Id")
+	if id == "" {
+		e, err := qstash.DecodeStructuredEvent(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		id = e.ID.String()
+	}
 	c.mu.Lock()
 	_, dup := c.seen[id]
 	c.seen[id] = struct{}{}

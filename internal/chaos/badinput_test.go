@@ -17,7 +17,8 @@ import (
 //	missing type, nil ID, non-JSON, oversized        postgres TestInvalidEventsWriteNothing, core TestEventValidation
 //	malformed CloudEvents headers                    core TestEventFromMalformedHeaders, qstash TestReceiverRefusesWithoutEffect,
 //	                                                 qstash FuzzDecodeHeaders, chaos FuzzEventFromCloudEventHeaders
-//	unknown event types (permanent)                  core TestMuxRoutesAndRejectsUnknownTypes, qstash TestReceiverErrorOutcomes
+//	unknown event types (retried for a window, then  core TestMuxUnknownTypePolicies, TestMuxRetriesUnknownTypesByDefault,
+//	permanent; dead-lettered at once here)           qstash TestReceiverErrorOutcomes
 //	panicking handlers                               core TestRecoverTurnsPanicIntoError, qstash TestReceiverErrorOutcomes
 //	the signature matrix                             qstash TestVerifyMatrix, TestReceiverSignatureMatrix, FuzzVerify
 //

@@ -19,8 +19,9 @@
 // event is added (traceparent, tracestate, baggage). The relay, perhaps
 // minutes later in another process, starts a producer span "publish" per
 // event as a child of that context (and linked to it), and replaces the
-// headers' trace context with its own. The transport carries the headers as
-// CloudEvents binary-mode headers; the consumer starts a "process" span as a
+// headers' trace context with its own. The transport carries them with the
+// event (inside the signed CloudEvents body over QStash, as message metadata
+// over Watermill); the consumer starts a "process" span as a
 // child of the relay's span. The handler's own spans nest below. In a trace
 // viewer the request, the publish and the processing appear as one trace,
 // with the gap between write and publish in plain sight.

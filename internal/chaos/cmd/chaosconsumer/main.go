@@ -34,74 +34,57 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/chaos/cmd/internal/worker"
 	"github.com/outboxkit/outboxkit/postgres"
 	"github.com/outboxkit/outboxkit/qstash"
 )
 
 type options struct {
-	databaseURL, schema, appName string
-	url, consumer                string
-	currentKey, nextKey          string
-	poolSize                     int
-	crashEvery, hijackEvery      uint64
+	db                      worker.DB
+	url, consumer           string
+	currentKey, nextKey     string
+	crashEvery, hijackEvery uint64
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (required)")
-	flag.StringVar(&o.schema, "schema", "", "schema of the processed, effects and dups tables (required)")
-	flag.StringVar(&o.appName, "app-name", "chaosconsumer", "application_name of every database connection")
+	o.db.Flags(flag.CommandLine, "chaosconsumer", "schema of the processed, effects and dups tables", 6)
 	flag.StringVar(&o.url, "url", "", "this endpoint's URL as QStash signs it (required)")
 	flag.StringVar(&o.consumer, "consumer", "chaos", "consumer name in the Deduper")
 	flag.StringVar(&o.currentKey, "current-key", "", "QStash current signing key (required)")
 	flag.StringVar(&o.nextKey, "next-key", "", "QStash next signing key (required)")
-	flag.IntVar(&o.poolSize, "pool-size", 6, "database pool size")
 	flag.Uint64Var(&o.crashEvery, "crash-every", 0, "SIGKILL after commit for about 1 applied event in n (0: never)")
 	flag.Uint64Var(&o.hijackEvery, "hijack-every", 0, "drop the connection after commit for about 1 applied event in n (0: never)")
-	flag.Parse()
-	if err := run(o); err != nil {
-		fmt.Fprintln(os.Stderr, "chaosconsumer:", err)
-		os.Exit(1)
-	}
+	worker.Main("chaosconsumer", func(ctx context.Context) error { return run(ctx, o) })
 }
 
-func run(o options) error {
-	if o.databaseURL == "" || o.schema == "" || o.url == "" || o.currentKey == "" || o.nextKey == "" {
+func run(ctx context.Context, o options) error {
+	if o.db.URL == "" || o.db.Schema == "" || o.url == "" || o.currentKey == "" || o.nextKey == "" {
 		return errors.New("-database-url, -schema, -url, -current-key and -next-key are required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 
 	ln, err := net.FileListener(os.NewFile(3, "listener"))
 	if err != nil {
 		return fmt.Errorf("inherited listener (fd 3): %w", err)
 	}
-	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
-	if err != nil {
-		return err
-	}
-	pcfg.MaxConns = int32(o.poolSize)
-	pcfg.ConnConfig.RuntimeParams["application_name"] = o.appName
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, err := o.db.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	dedup, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: o.schema})
+	dedup, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: o.db.Schema})
 	if err != nil {
 		return err
 	}
-	effects := pgx.Identifier{o.schema, "effects"}.Sanitize()
-	dups := pgx.Identifier{o.schema, "dups"}.Sanitize()
+	effects := pgx.Identifier{o.db.Schema, "effects"}.Sanitize()
+	dups := pgx.Identifier{o.db.Schema, "dups"}.Sanitize()
 
 	// The bad-input suite sends types no handler knows and expects them
 	// dead-lettered at once; the default (retry for an hour, for rolling

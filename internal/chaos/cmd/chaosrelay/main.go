@@ -22,43 +22,37 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/chaos/cmd/internal/worker"
 	"github.com/outboxkit/outboxkit/postgres"
 	"github.com/outboxkit/outboxkit/qstash"
 )
 
 type options struct {
-	databaseURL, schema, appName string
-	qstashURL, token, dest       string
-	poisonType                   string
-	batch, concurrency           int
-	poolSize                     int
-	lease, publishTimeout, poll  time.Duration
-	maxAttempts                  int
-	backoff, maxBackoff          time.Duration
-	qstashRetries                int
-	ordering                     bool
-	crashAfter                   int
+	db                          worker.DB
+	qstashURL, token, dest      string
+	poisonType                  string
+	batch, concurrency          int
+	lease, publishTimeout, poll time.Duration
+	maxAttempts                 int
+	backoff, maxBackoff         time.Duration
+	qstashRetries               int
+	ordering                    bool
+	crashAfter                  int
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL URL (required)")
-	flag.StringVar(&o.schema, "schema", "", "outbox schema (required)")
-	flag.StringVar(&o.appName, "app-name", "chaosrelay", "application_name of every database connection")
+	o.db.Flags(flag.CommandLine, "chaosrelay", "outbox schema", 3)
 	flag.StringVar(&o.qstashURL, "qstash-url", "", "QStash API base URL (required)")
 	flag.StringVar(&o.token, "qstash-token", "", "QStash token (required)")
 	flag.StringVar(&o.dest, "dest", "", "consumer endpoint URL (required)")
 	flag.StringVar(&o.poisonType, "poison-type", "", "events of this type fail to publish, transiently, forever")
 	flag.IntVar(&o.batch, "batch", 20, "relay batch size")
 	flag.IntVar(&o.concurrency, "concurrency", 1, "batches in flight")
-	flag.IntVar(&o.poolSize, "pool-size", 3, "database pool size")
 	flag.DurationVar(&o.lease, "lease", 5*time.Second, "lease duration")
 	flag.DurationVar(&o.publishTimeout, "publish-timeout", 2*time.Second, "publish timeout")
 	flag.DurationVar(&o.poll, "poll", 250*time.Millisecond, "poll interval")
@@ -68,35 +62,22 @@ func main() {
 	flag.IntVar(&o.qstashRetries, "qstash-retries", 40, "QStash delivery retries (Upstash-Retries)")
 	flag.BoolVar(&o.ordering, "ordering", false, "per-aggregate ordering")
 	flag.IntVar(&o.crashAfter, "crash-after", 0, "SIGKILL itself right after the n-th accepted publish, before settling it (0: never)")
-	flag.Parse()
-	if err := run(o); err != nil {
-		fmt.Fprintln(os.Stderr, "chaosrelay:", err)
-		os.Exit(1)
-	}
+	worker.Main("chaosrelay", func(ctx context.Context) error { return run(ctx, o) })
 }
 
-func run(o options) error {
-	if o.databaseURL == "" || o.schema == "" || o.qstashURL == "" || o.token == "" || o.dest == "" {
+func run(ctx context.Context, o options) error {
+	if o.db.URL == "" || o.db.Schema == "" || o.qstashURL == "" || o.token == "" || o.dest == "" {
 		return errors.New("-database-url, -schema, -qstash-url, -qstash-token and -dest are required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	pcfg, err := pgxpool.ParseConfig(o.databaseURL)
-	if err != nil {
-		return err
-	}
-	pcfg.MaxConns = int32(o.poolSize)
-	pcfg.ConnConfig.RuntimeParams["application_name"] = o.appName
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg) // lazy: connects on first use
+	pool, err := o.db.Pool(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 
 	store, err := postgres.New(pool, &postgres.Config{
-		Schema: o.schema, Ordering: o.ordering, ListenBackoffMax: 500 * time.Millisecond, Logger: log,
+		Schema: o.db.Schema, Ordering: o.ordering, ListenBackoffMax: 500 * time.Millisecond, Logger: log,
 	})
 	if err != nil {
 		return err

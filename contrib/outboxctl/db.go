@@ -72,6 +72,21 @@ func (a *app) openStore(ctx context.Context, minConns int32, cfg postgres.Config
 	return pool, store, nil
 }
 
+// openMigrator connects and returns a migrator for the global schema and
+// table.
+func (a *app) openMigrator(ctx context.Context) (*pgxpool.Pool, *postgres.Migrator, error) {
+	pool, err := a.connect(ctx, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := a.migrator(pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return pool, m, nil
+}
+
 // migrator returns a migrator for the global schema and table; pool may be
 // nil to print SQL only.
 func (a *app) migrator(pool *pgxpool.Pool) (*postgres.Migrator, error) {

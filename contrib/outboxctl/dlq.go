@@ -12,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
 )
@@ -210,17 +212,11 @@ func (a *app) dlqReplay(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("dlq replay", "--id ID,... | --all",
 		"Puts dead-lettered events back to pending with their IDs kept and attempts reset,\nso relays deliver them again. Published events are not touched (see outboxctl replay).")
 	a.registerGlobals(fs)
-	var ids listFlag
-	fs.Var(&ids, "id", "dead-lettered event `IDs` (repeatable, or comma-separated)")
-	all := fs.Bool("all", false, "replay every dead-lettered event")
+	sel := selectDeadLetters(fs, "replay")
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	f, err := dlqFilter("replay", ids, *all)
-	if err != nil {
-		return err
-	}
-	pool, store, err := a.openStore(ctx, 0, postgres.Config{})
+	f, pool, store, err := a.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
@@ -240,18 +236,12 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("dlq purge", "--id ID,... | --all --yes",
 		"Deletes dead-lettered events for good. Without --yes it only says how many it\nwould delete.")
 	a.registerGlobals(fs)
-	var ids listFlag
-	fs.Var(&ids, "id", "dead-lettered event `IDs` (repeatable, or comma-separated)")
-	all := fs.Bool("all", false, "purge every dead-lettered event")
+	sel := selectDeadLetters(fs, "purge")
 	yes := fs.Bool("yes", false, "confirm the deletion")
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	f, err := dlqFilter("purge", ids, *all)
-	if err != nil {
-		return err
-	}
-	pool, store, err := a.openStore(ctx, 0, postgres.Config{})
+	f, pool, store, err := a.openSelection(ctx, sel)
 	if err != nil {
 		return err
 	}
@@ -273,6 +263,34 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 
 // dlqFilter builds the filter of dlq replay and purge: dead letters only,
 // by ID or all of them.
+// deadLetterSelection is the --id / --all choice of the dlq commands that
+// act on dead letters (replay, purge).
+type deadLetterSelection struct {
+	verb string
+	ids  listFlag
+	all  *bool
+}
+
+func selectDeadLetters(fs *flagSet, verb string) *deadLetterSelection {
+	sel := &deadLetterSelection{verb: verb}
+	fs.Var(&sel.ids, "id", "dead-lettered event `IDs` (repeatable, or comma-separated)")
+	sel.all = fs.Bool("all", false, verb+" every dead-lettered event")
+	return sel
+}
+
+// openSelection checks the selection and opens the store it applies to.
+func (a *app) openSelection(ctx context.Context, sel *deadLetterSelection) (core.ReplayFilter, *pgxpool.Pool, *postgres.Store, error) {
+	f, err := dlqFilter(sel.verb, sel.ids, *sel.all)
+	if err != nil {
+		return core.ReplayFilter{}, nil, nil, err
+	}
+	pool, store, err := a.openStore(ctx, 0, postgres.Config{})
+	if err != nil {
+		return core.ReplayFilter{}, nil, nil, err
+	}
+	return f, pool, store, nil
+}
+
 func dlqFilter(verb string, ids listFlag, all bool) (core.ReplayFilter, error) {
 	switch {
 	case len(ids) == 0 && !all:

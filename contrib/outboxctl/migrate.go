@@ -67,15 +67,11 @@ func (a *app) migrateUp(ctx context.Context, fs *flagSet, args []string) error {
 	if err := noArgs(fs, args); err != nil {
 		return err
 	}
-	pool, err := a.connect(ctx, 0)
+	pool, m, err := a.openMigrator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	m, err := a.migrator(pool)
-	if err != nil {
-		return err
-	}
 	applied, err := m.Up(ctx)
 	if err != nil {
 		return a.dbError(err)
@@ -107,15 +103,11 @@ func (a *app) migrateStatus(ctx context.Context, args []string) error {
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	pool, err := a.connect(ctx, 0)
+	pool, m, err := a.openMigrator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	m, err := a.migrator(pool)
-	if err != nil {
-		return err
-	}
 	st, err := m.Status(ctx)
 	if err != nil {
 		return a.dbError(err)
@@ -166,15 +158,11 @@ func (a *app) migrateDown(ctx context.Context, args []string) error {
 	if !*yes {
 		return usageError(fmt.Sprintf("migrate down --to %d drops outbox tables or columns with their data in schema %s: add --yes to confirm", *to, a.g.schema))
 	}
-	pool, err := a.connect(ctx, 0)
+	pool, m, err := a.openMigrator(ctx)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	m, err := a.migrator(pool)
-	if err != nil {
-		return err
-	}
 	reverted, err := m.Down(ctx, *to)
 	if err != nil {
 		return a.dbError(err)

@@ -360,11 +360,11 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 	q := settlement{seen: seen, byTID: tids != nil}
 	switch {
 	case allPublished && s.cfg.DeletePublished && q.byTID:
-		q.sql, q.args = s.byTID.delete, []any{token, tids}
+		q.sql, q.args = s.byTID.delete, []any{token, tids, ids}
 	case allPublished && s.cfg.DeletePublished:
 		q.sql, q.args = s.deleteSQL, []any{token, ids}
 	case allPublished && q.byTID:
-		q.sql, q.args = s.byTID.publish, []any{token, now, tids}
+		q.sql, q.args = s.byTID.publish, []any{token, now, tids, ids}
 	case allPublished:
 		q.sql, q.args = s.publishSQL, []any{token, now, ids}
 	default:
@@ -412,7 +412,7 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 		}
 		switch {
 		case s.cfg.DeletePublished && q.byTID:
-			q.sql, q.args = s.byTID.settleDelete, []any{token, now, others, kinds, errs, delays, publishedTIDs, otherTIDs}
+			q.sql, q.args = s.byTID.settleDelete, []any{token, now, others, kinds, errs, delays, publishedTIDs, otherTIDs, published}
 		case s.cfg.DeletePublished:
 			q.sql, q.args = s.settleDeleteSQL, []any{token, now, others, kinds, errs, delays, published}
 		case q.byTID:

@@ -168,11 +168,14 @@
 //     stays on its page: touching no indexed column, it is then a HOT update
 //     that adds no index entries, and the claim returns each row's address
 //     (ctid), which Settle uses to find the rows by TID scan instead of a
-//     primary-key probe per event (still fenced by the lease token; rows it
-//     cannot find there, after VACUUM FULL say, are settled by ID). A claim
-//     leases a page's rows together, so at fillfactor 80 only about one
-//     lease in five fitted and the rest inserted into every index: 40
-//     halves the database's work per claimed event. Pages written before
+//     primary-key probe per event. An address is only a hint: a table
+//     rewrite under a live lease (VACUUM FULL, CLUSTER, pg_repack) can put
+//     another row of the same lease there, so every settlement also
+//     matches the event ID and the lease token, and events not found at
+//     their address are settled again by ID. A claim leases a page's rows
+//     together, so at fillfactor 80 only about one lease in five fitted
+//     and the rest inserted into every index: 40 halves the database's
+//     work per claimed event. Pages written before
 //     the migration keep their layout until rewritten. The table also has
 //     autovacuum_vacuum_scale_factor 0.02: settled rows leave dead
 //     entries at the head of the pending index that claims step over until

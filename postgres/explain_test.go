@@ -66,10 +66,11 @@ ANALYZE `+tbl)
 			{"delete", s.DeleteSQLForTest(), []any{token, ids}, "outbox_events_pkey", "uuid, uuid[]"},
 			{"settle delete", s.SettleDeleteSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], ids[batch/2:]}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[], uuid[]"},
 			// By row address: a TID scan, whatever the table holds.
-			{"publish by address", s.PublishTIDSQLForTest(), []any{token, noTime, tids}, tidScan, "uuid, timestamptz, tid[]"},
+			{"publish by address", s.PublishTIDSQLForTest(), []any{token, noTime, tids, ids}, tidScan, "uuid, timestamptz, tid[], uuid[]"},
+			{"publish one by address", s.PublishTIDSQLForTest(), []any{token, noTime, tids[:1], ids[:1]}, tidScan, "uuid, timestamptz, tid[], uuid[]"},
 			{"settle by address", s.SettleTIDSQLForTest(), []any{token, noTime, ids, kinds, errs, delays, tids}, tidScan, "uuid, timestamptz, uuid[], int4[], text[], int8[], tid[]"},
-			{"delete by address", s.DeleteTIDSQLForTest(), []any{token, tids}, tidScan, "uuid, tid[]"},
-			{"settle delete by address", s.SettleDeleteTIDSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], tids[batch/2:], tids[:batch/2]}, tidScan, "uuid, timestamptz, uuid[], int4[], text[], int8[], tid[], tid[]"},
+			{"delete by address", s.DeleteTIDSQLForTest(), []any{token, tids, ids}, tidScan, "uuid, tid[], uuid[]"},
+			{"settle delete by address", s.SettleDeleteTIDSQLForTest(), []any{token, noTime, ids[:batch/2], kinds[:batch/2], errs[:batch/2], delays[:batch/2], tids[batch/2:], tids[:batch/2], ids[batch/2:]}, tidScan, "uuid, timestamptz, uuid[], int4[], text[], int8[], tid[], tid[], uuid[]"},
 			{"prune", s.PruneSQLForTest(), []any{time.Now(), 1000}, "outbox_events_published_idx", "timestamptz, bigint"},
 		}
 		// Prepared statements switch to a generic plan (parameters unknown)

@@ -151,6 +151,83 @@ func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {
 		assertIDs(t, "claim much later", claim(t, s, 10, t0.Add(24*time.Hour)).Events)
 	})
 
+	// A relay may settle a batch in pieces, out of claim order and with
+	// mixed outcomes (a store's fast paths for all-published batches and
+	// for events settled in claim order must not leak onto the events left
+	// out): each settlement touches exactly its events, and the rest stay
+	// leased until they are settled in turn.
+	t.Run("SettleMixedAndPartly", func(t *testing.T) {
+		s, w := plain(t)
+		ev := make([]core.Event, 8)
+		for i := range ev {
+			ev[i] = newEvent(fmt.Sprintf("part.%d", i), t0.Add(time.Duration(i)*time.Millisecond))
+		}
+		write(t, w, ev...)
+		now := t0.Add(time.Minute)
+		b := claim(t, s, len(ev), now)
+		assertIDs(t, "claim", b.Events, ids(ev...)...)
+		part := func(what string, outcomes ...core.Outcome) {
+			t.Helper()
+			if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Now: now, Outcomes: outcomes}); err != nil {
+				t.Fatalf("settle %s: %v", what, err)
+			}
+		}
+		part("two published, reversed", core.Outcome{ID: ev[4].ID, Kind: core.Published}, core.Outcome{ID: ev[2].ID, Kind: core.Published})
+		assertIDs(t, "claim after a partial publish", claim(t, s, 10, now).Events)
+		part("four mixed, out of order",
+			core.Outcome{ID: ev[6].ID, Kind: core.Retry, Error: "later", Delay: 10 * time.Second},
+			core.Outcome{ID: ev[1].ID, Kind: core.Published},
+			core.Outcome{ID: ev[3].ID, Kind: core.DeadLettered, Error: "poison"},
+			core.Outcome{ID: ev[0].ID, Kind: core.Released})
+		again := claim(t, s, 10, now)
+		assertIDs(t, "claim after the mixed part: only the released event", again.Events, ev[0].ID)
+		if again.Events[0].Attempts != 1 {
+			t.Fatalf("released event: Attempts = %d on reclaim, want 1", again.Events[0].Attempts)
+		}
+		if err := settle(t, s, again, now, core.Published, 0); err != nil {
+			t.Fatal(err)
+		}
+		last := core.SettleRequest{Lease: b.Lease, Now: now, Outcomes: []core.Outcome{
+			{ID: ev[7].ID, Kind: core.Published},
+			{ID: ev[5].ID, Kind: core.Retry, Error: "much later", Delay: 20 * time.Second},
+		}}
+		if sc, ok := s.(core.SettleClaimer); ok {
+			next, settleErr, claimErr := sc.SettleAndClaim(ctx, last, core.ClaimRequest{Limit: 10, LeaseFor: lease, Now: now})
+			if settleErr != nil || claimErr != nil {
+				t.Fatalf("settle the last two with the next claim: settle %v, claim %v", settleErr, claimErr)
+			}
+			assertIDs(t, "claim beside the last part", next.Events)
+		} else if err := s.Settle(ctx, last); err != nil {
+			t.Fatalf("settle the last two: %v", err)
+		}
+		// Settled events are no longer the old lease's.
+		err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Now: now, Outcomes: []core.Outcome{
+			{ID: ev[2].ID, Kind: core.Retry, Error: "again?"}, {ID: ev[1].ID, Kind: core.Published},
+		}})
+		var lost *core.LeaseLostError
+		if !errors.As(err, &lost) || len(lost.IDs) != 2 || lost.IDs[0] != ev[2].ID || lost.IDs[1] != ev[1].ID {
+			t.Fatalf("settling settled events again: %v, want a LeaseLostError naming both in order", err)
+		}
+		retried := claim(t, s, 10, now.Add(11*time.Second))
+		assertIDs(t, "claim after the first retry delay", retried.Events, ev[6].ID)
+		if retried.Events[0].Attempts != 2 {
+			t.Fatalf("retried event: Attempts = %d, want 2", retried.Events[0].Attempts)
+		}
+		assertIDs(t, "claim after the second retry delay", claim(t, s, 10, now.Add(21*time.Second)).Events, ev[5].ID)
+		// Published and dead-lettered events never come back; the two
+		// retried ones are leased.
+		assertIDs(t, "claim much later", claim(t, s, 10, now.Add(25*time.Second)).Events)
+		if features.Stats {
+			st, err := s.(core.StatsReader).Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Pending != 2 || st.DeadLettered != 1 {
+				t.Fatalf("stats: %+v, want 2 pending (the retried events) and 1 dead-lettered", st)
+			}
+		}
+	})
+
 	t.Run("FutureAvailableAtWaits", func(t *testing.T) {
 		s, w := plain(t)
 		e := newEvent("later", t0)
@@ -622,4 +699,12 @@ func assertIDSet(t *testing.T, what string, got []core.Event, want ...core.ID) {
 	if !ok {
 		t.Fatalf("%s: got %d events, want exactly %v", what, len(got), want)
 	}
+}
+
+func ids(events ...core.Event) []core.ID {
+	out := make([]core.ID, len(events))
+	for i, e := range events {
+		out[i] = e.ID
+	}
+	return out
 }

@@ -25,7 +25,10 @@
 //     migrations current).
 //   - Publisher: Publish a batch, reporting per-event outcomes with a
 //     BatchError; Permanent marks errors that must not be retried, RetryAfter
-//     carries a transport's back-off hint.
+//     carries a transport's back-off hint, NotAttempted gives an event back
+//     untried, and Misconfigured (ErrMisconfigured) says the configuration,
+//     not the event, was refused: such events are deferred with their
+//     attempts untouched, so a bad deploy never dead-letters the outbox.
 //   - Deduper: Once per (consumer, event ID), atomically with the effect.
 //   - Clock: Now and timers, so tests drive time with coretest.FakeClock.
 //

@@ -36,6 +36,13 @@ type Relay struct {
 	claimMu           sync.Mutex
 	claimFailures     int
 	claimFailingSince time.Time
+
+	// misconfigured counts consecutive batches that failed because of
+	// configuration (ErrMisconfigured). It, not the events' attempts, sets
+	// how long their deferral lasts: the backoff grows while the
+	// misconfiguration lasts and starts over once a batch gets through.
+	misconfigMu  sync.Mutex
+	misconfigged int
 }
 
 // NewRelay returns a relay over store and pub. cfg may be nil for the
@@ -379,36 +386,66 @@ func (r *Relay) publishBatch(hardCtx context.Context, batch Batch) (SettleReques
 		}
 	}
 	outcomes := make([]Outcome, len(batch.Events))
-	var counts [Released + 1]int
+	var counts [Deferred + 1]int
 	first := -1 // the first event that failed
+	deferFor := r.misconfigDelay(errs)
 	for i, e := range batch.Events {
-		if errs[i] != nil && !IsPermanent(errs[i]) && (hardCtx.Err() != nil || IsNotAttempted(errs[i])) {
+		switch {
+		case errs[i] != nil && !IsPermanent(errs[i]) && (hardCtx.Err() != nil || IsNotAttempted(errs[i])):
 			// Shutdown cut this publish short, or the publisher never tried
 			// the event: the attempt says nothing about it, so give it back
 			// untouched.
 			outcomes[i] = Outcome{ID: e.ID, Kind: Released}
-		} else {
+		case IsMisconfigured(errs[i]):
+			// The configuration failed, not the event: it keeps its
+			// attempts, however long the misconfiguration lasts.
+			outcomes[i] = Outcome{ID: e.ID, Kind: Deferred, Error: errs[i].Error(), Delay: deferFor}
+		default:
 			outcomes[i] = r.cfg.Retry.Decide(e.ID, e.Attempts, errs[i])
 		}
 		counts[outcomes[i].Kind]++
-		if first < 0 && (outcomes[i].Kind == Retry || outcomes[i].Kind == DeadLettered) {
+		if first < 0 && (outcomes[i].Kind == Retry || outcomes[i].Kind == DeadLettered || outcomes[i].Kind == Deferred) {
 			first = i
 		}
 	}
 	if first >= 0 {
 		// One line per batch, not per event: an outage failing every event
 		// would otherwise log a line for each of them.
-		level := slog.LevelWarn
+		level, msg := slog.LevelWarn, "outbox publish failed"
 		if counts[DeadLettered] > 0 {
 			level = slog.LevelError
 		}
+		if counts[Deferred] > 0 {
+			// Nothing is lost, but nothing moves until someone fixes it.
+			level, msg = slog.LevelError, "outbox publish refused because of configuration; the events stay pending until it is fixed"
+		}
 		e := batch.Events[first]
-		r.log.Log(hardCtx, level, "outbox publish failed", "events", len(batch.Events),
+		r.log.Log(hardCtx, level, msg, "events", len(batch.Events),
 			"published", counts[Published], "retry", counts[Retry], "dead_lettered", counts[DeadLettered], "released", counts[Released],
+			"deferred", counts[Deferred],
 			"first_error", errs[first], "first_event_id", e.ID, "first_event_type", e.Type, "first_event_attempts", e.Attempts)
 	}
 	return SettleRequest{Lease: batch.Lease, Outcomes: outcomes, Now: r.now()},
 		SettleInfo{Events: batch.Events, Outcomes: outcomes, PublishDuration: elapsed}
+}
+
+// misconfigDelay counts the batch in the run of misconfigured batches and
+// returns how long its misconfigured events are deferred: the retry
+// policy's backoff for the run's length. A batch with no such error ends
+// the run.
+func (r *Relay) misconfigDelay(errs []error) time.Duration {
+	hit := false
+	for _, err := range errs {
+		hit = hit || IsMisconfigured(err)
+	}
+	r.misconfigMu.Lock()
+	defer r.misconfigMu.Unlock()
+	if !hit {
+		r.misconfigged = 0
+		return 0
+	}
+	r.misconfigged++
+	return r.cfg.Retry.Backoff(r.misconfigged)
 }
 
 // release gives a claimed batch back untouched.

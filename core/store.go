@@ -122,6 +122,12 @@ const (
 	// Released: the relay gave the event back without trying it (shutting
 	// down). It is claimable again at once and its Attempts count is restored.
 	Released
+	// Deferred: the publish failed because of configuration, not because of
+	// the event (ErrMisconfigured). Like Retry the event becomes claimable
+	// again Outcome.Delay from now with Outcome.Error recorded; like Released
+	// its Attempts count is restored, so a misconfiguration, however long
+	// it lasts, never dead-letters it.
+	Deferred
 )
 
 func (k OutcomeKind) String() string {
@@ -134,6 +140,8 @@ func (k OutcomeKind) String() string {
 		return "dead-lettered"
 	case Released:
 		return "released"
+	case Deferred:
+		return "deferred"
 	default:
 		return "unknown"
 	}
@@ -143,10 +151,10 @@ func (k OutcomeKind) String() string {
 type Outcome struct {
 	ID   ID
 	Kind OutcomeKind
-	// Error is the publish error's text (Retry, DeadLettered).
+	// Error is the publish error's text (Retry, DeadLettered, Deferred).
 	Error string
 	// Delay is how long after the store's now (SettleRequest.Now when set) the
-	// event becomes due again (Retry). It is a duration, not a time, so the
+	// event becomes due again (Retry, Deferred). It is a duration, not a time, so the
 	// store's clock stays the only one that matters.
 	Delay time.Duration
 }

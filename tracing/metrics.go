@@ -152,6 +152,8 @@ func outcomeName(k core.OutcomeKind) string {
 		return "dead_lettered"
 	case core.Released:
 		return "released"
+	case core.Deferred:
+		return "deferred"
 	default:
 		return "unknown"
 	}

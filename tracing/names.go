@@ -21,8 +21,9 @@ const (
 	// is told to stop redelivering (consumer).
 	ErrorPermanentKey = attribute.Key("outboxkit.error.permanent")
 	// OutcomeKey is the relay's decision for an event on MetricEventsSettled
-	// and MetricEventAttempts: "published", "retry", "dead_lettered" or
-	// "released".
+	// and MetricEventAttempts: "published", "retry", "dead_lettered",
+	// "released" or "deferred" (refused because of configuration; the
+	// event keeps its attempts).
 	OutcomeKey = attribute.Key("outboxkit.outcome")
 	// PublishResultKey sums up one Publish call on MetricPublishDuration:
 	// "ok" (every event accepted), "partial" or "failed" (none accepted).

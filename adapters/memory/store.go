@@ -234,6 +234,10 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 			r.deadAt = now
 		case core.Released:
 			r.e.Attempts--
+		case core.Deferred:
+			r.lastError = o.Error
+			r.e.AvailableAt = now.Add(o.Delay)
+			r.e.Attempts--
 		default:
 			return errors.New("memory: unknown outcome kind " + o.Kind.String())
 		}

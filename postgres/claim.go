@@ -286,8 +286,9 @@ func cmpInt64(a, b int64) int {
 // nobody took over still settles: refusing it would only cause a duplicate
 // publish.
 //
-// Error texts are cut to 4 KiB and made valid UTF-8 without NUL, which text
-// columns cannot hold.
+// Error texts are made valid UTF-8 without NUL (which text columns cannot
+// hold; each invalid byte becomes U+FFFD) and then cut to at most 4 KiB at a
+// character boundary.
 func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 	q, err := s.settleQuery(req)
 	if err != nil || q.sql == "" {
@@ -510,8 +511,12 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 	return batch, s.settleUnmatched(ctx, sq, sreq, settleErr), claimErr
 }
 
-// cleanErrorText makes a publish error storable in a text column.
+// cleanErrorText makes a publish error storable in a text column: valid
+// UTF-8 without NUL, then at most maxErrorBytes, cut at a rune boundary.
+// Cleaning comes first because it changes the length: an invalid byte
+// becomes a three-byte U+FFFD, and a NUL disappears.
 func cleanErrorText(s string) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 	if len(s) > maxErrorBytes {
 		cut := maxErrorBytes
 		for cut > 0 && !utf8.RuneStart(s[cut]) {
@@ -519,8 +524,7 @@ func cleanErrorText(s string) string {
 		}
 		s = s[:cut]
 	}
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	return strings.ReplaceAll(s, "\x00", "")
+	return s
 }
 
 // eventScanner reads the eventColumns of a row into a core.Event. Its scratch

@@ -97,9 +97,10 @@ func (e *APIError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrConfiguration) true for refusals caused by the
-// configuration.
+// configuration, and errors.Is(err, core.ErrMisconfigured) with it, so the
+// relay defers those events without counting the attempt.
 func (e *APIError) Is(target error) bool {
-	return target == ErrConfiguration && e.cause() == causeConfig
+	return (target == ErrConfiguration || target == core.ErrMisconfigured) && e.cause() == causeConfig
 }
 
 // Temporary reports whether retrying may succeed: everything except a
@@ -195,9 +196,11 @@ func (e *APIError) hint() string {
 // invalid target): transient, matching ErrConfiguration.
 type misconfigured struct{ err error }
 
-func (e *misconfigured) Error() string        { return e.err.Error() + " — " + pendingUntilFixed }
-func (e *misconfigured) Unwrap() error        { return e.err }
-func (e *misconfigured) Is(target error) bool { return target == ErrConfiguration }
+func (e *misconfigured) Error() string { return e.err.Error() + " — " + pendingUntilFixed }
+func (e *misconfigured) Unwrap() error { return e.err }
+func (e *misconfigured) Is(target error) bool {
+	return target == ErrConfiguration || target == core.ErrMisconfigured
+}
 
 // classify wraps an *APIError the way core expects: permanent when retrying
 // cannot help, with a retry hint when the server gave one.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	"github.com/outboxkit/outboxkit/core"
@@ -153,12 +154,17 @@ func TestRelayKeepsEventsPendingWhileMisconfigured(t *testing.T) {
 	if err := store.Add(context.Background(), evs...); err != nil {
 		t.Fatal(err)
 	}
-	relay, err := core.NewRelay(store, p, &core.RelayConfig{Clock: fixedClock{testNow}})
+	// Two attempts allowed, and more drains than that: configuration
+	// failures must not count as attempts.
+	relay, err := core.NewRelay(store, p, &core.RelayConfig{Clock: fixedClock{testNow},
+		Retry: core.RetryPolicy{MaxAttempts: 2, InitialBackoff: time.Nanosecond, MaxBackoff: time.Nanosecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := relay.Drain(context.Background()); err != nil {
-		t.Fatal(err)
+	for i := 0; i < 5; i++ {
+		if _, err := relay.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, e := range evs {
 		st, ok := store.Get(e.ID)
@@ -167,6 +173,9 @@ func TestRelayKeepsEventsPendingWhileMisconfigured(t *testing.T) {
 		}
 		if !st.DeadAt.IsZero() || !st.PublishedAt.IsZero() {
 			t.Errorf("event %s: dead at %v, published at %v; want it pending", e.ID, st.DeadAt, st.PublishedAt)
+		}
+		if st.Event.Attempts != 0 {
+			t.Errorf("event %s: %d attempts counted for configuration failures", e.ID, st.Event.Attempts)
 		}
 		if !strings.Contains(st.LastError, "URL group") || !strings.Contains(st.LastError, "shiping") {
 			t.Errorf("event %s: last error %q does not name the URL group to fix", e.ID, st.LastError)

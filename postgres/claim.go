@@ -279,6 +279,7 @@ func cmpInt64(a, b int64) int {
 //   - DeadLettered: dead_at = now, last_error = Error, lease cleared.
 //   - Released: lease cleared and Attempts given back; the event is due at
 //     once (its available_at had already passed when it was claimed).
+//   - Deferred: as Retry, with Attempts given back as for Released.
 //
 // Events whose token no longer matches (the lease expired and another relay
 // claimed them, or an operator replayed them) are left alone and reported in
@@ -391,6 +392,9 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 				kind = kindDead
 			case core.Released:
 				kind = kindReleased
+			case core.Deferred:
+				kind = kindDeferred
+				delay = max(o.Delay, 0).Microseconds()
 			default:
 				return settlement{}, fmt.Errorf("outboxkit/postgres: settle: event %s has unknown outcome kind %d", o.ID, int(o.Kind))
 			}

@@ -187,6 +187,7 @@ const (
 	kindRetry     = 2
 	kindDead      = 3
 	kindReleased  = 4
+	kindDeferred  = 5
 )
 
 // How a settlement finds its rows. Each event is looked for at one row
@@ -276,11 +277,11 @@ func settleUpdate(n names, outcomes string) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) ELSE t.published_at END,
 	dead_at = CASE WHEN s.kind = 3 THEN COALESCE($2::timestamptz, now()) ELSE t.dead_at END,
-	available_at = CASE WHEN s.kind = 2
+	available_at = CASE WHEN s.kind IN (2, 5)
 		THEN COALESCE($2::timestamptz, now()) + s.delay_us * interval '1 microsecond'
 		ELSE t.available_at END,
-	attempts = CASE WHEN s.kind = 4 THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
-	last_error = CASE WHEN s.kind IN (2, 3) THEN s.error ELSE t.last_error END,
+	attempts = CASE WHEN s.kind IN (4, 5) THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+	last_error = CASE WHEN s.kind IN (2, 3, 5) THEN s.error ELSE t.last_error END,
 	lease_token = NULL,
 	lease_until = NULL
 FROM ` + outcomes + `

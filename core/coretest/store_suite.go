@@ -228,6 +228,26 @@ func TestStore(t *testing.T, newStore StoreFactory, features StoreFeatures) {
 		}
 	})
 
+	t.Run("DeferredWaitsAndKeepsAttempts", func(t *testing.T) {
+		s, w := plain(t)
+		e, other := newEvent("deferred", t0), newEvent("other", t0)
+		write(t, w, e, other)
+		b := claim(t, s, 10, t0)
+		err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Now: t0, Outcomes: []core.Outcome{
+			{ID: e.ID, Kind: core.Deferred, Error: "misconfigured", Delay: 10 * time.Second},
+			{ID: other.ID, Kind: core.Published},
+		}})
+		if err != nil {
+			t.Fatalf("Settle: %v", err)
+		}
+		assertIDs(t, "claim before the deferral ends", claim(t, s, 10, t0.Add(9*time.Second)).Events)
+		again := claim(t, s, 10, t0.Add(11*time.Second))
+		assertIDs(t, "claim after the deferral", again.Events, e.ID)
+		if again.Events[0].Attempts != 1 {
+			t.Fatalf("deferred event: Attempts = %d on reclaim, want 1 (a deferral gives its attempt back)", again.Events[0].Attempts)
+		}
+	})
+
 	t.Run("FutureAvailableAtWaits", func(t *testing.T) {
 		s, w := plain(t)
 		e := newEvent("later", t0)

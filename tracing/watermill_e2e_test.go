@@ -202,7 +202,7 @@ func TestEndToEndPostgresThroughOutboxSubscriber(t *testing.T) {
 	osub, err := outboxwatermill.NewOutboxSubscriber(db.store, &outboxwatermill.OutboxSubscriberConfig{
 		Middleware:  []core.PublisherMiddleware{tracing.PublisherMiddleware(env.opts...)},
 		Hooks:       []core.RelayHook{settleHook(settled)},
-		Propagators: env.prop,
+		ContextFor:  tracing.NewExtractor(env.opts...),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
 )
 
@@ -121,7 +122,7 @@ func brokerRoundTrip(t *testing.T, wpub message.Publisher, sub message.Subscribe
 	if err := bridge.Publish(ctx, events); err != nil {
 		t.Fatalf("republish: %v", err)
 	}
-	waitFor(t, 30*time.Second, "both deliveries of every event", func() bool {
+	wmtest.WaitFor(t, 30*time.Second, "both deliveries of every event", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return deliveries >= 2*n

@@ -25,6 +25,8 @@
 // The store is any Adder: *postgres.Store is one (its transaction type is
 // postgres.DBTX); AdderFunc adapts others, such as memory.Store. Payloads
 // must be JSON (see TxPublisherConfig.WrapNonJSON for the alternative).
+// Set TxPublisherConfig.BeforeAdd to tracing.NewInjector() to record each
+// message's trace context (see Trace context below).
 //
 // TxPublisher only adds events; committing is the caller's. With the
 // PostgreSQL store's default (postgres.NotifyInTransaction) the commit also
@@ -53,13 +55,31 @@
 //     Choose it when producer and consumer share the database (a modular
 //     monolith, workers beside the service): nothing else to run, and the
 //     outbox's stats, dead letters and replay cover the consumer too.
-//   - QStashSubscriber is the http.Handler of a QStash endpoint: each
-//     verified delivery becomes a message; Ack answers 200, Nack 500 so
-//     QStash retries. Choose it when events travel through QStash
-//     (serverless consumers, another network, no broker port to open).
+//   - qstashsub.Subscriber, in the qstashsub package beside this one, is
+//     the http.Handler of a QStash endpoint: each verified delivery becomes
+//     a message; Ack answers 200, Nack 500 so QStash retries. Choose it
+//     when events travel through QStash (serverless consumers, another
+//     network, no broker port to open). It is a package of its own so that
+//     programs using this one import no QStash code.
 //
 // For long-lived consumers across a network, relay with Publisher to a
 // broker and subscribe with that broker's own Watermill subscriber.
+//
+// # Trace context
+//
+// This package imports neither outboxkit's tracing package nor
+// OpenTelemetry: trace context reaches it through hooks of core types,
+// which the tracing package fills. The W3C trace headers always travel as
+// message metadata (see the table below); to also carry them between a
+// message's Context and its event, set one field on each side:
+//
+//	outboxwatermill.TxPublisherConfig{BeforeAdd: tracing.NewInjector(opts...)}
+//	outboxwatermill.OutboxSubscriberConfig{ContextFor: tracing.NewExtractor(opts...)}
+//	qstashsub.Config{ContextFor: tracing.NewExtractor(opts...)}
+//
+// Without opts they use OpenTelemetry's global propagator. Left nil, a
+// message's Context carries no trace context and TxPublisher records the
+// metadata's as it is.
 //
 // # Event ↔ message
 //
@@ -71,8 +91,8 @@
 //	                       comes back as the message UUID, ce-id staying the ID
 //	Type                   ce-type (TxPublisher: ce-type, else the topic)
 //	Destination            the topic (Publisher: Destination, else Type;
-//	                       QStashSubscriber: Type; EventFromMessage: the
-//	                       topic a Router subscribed to)
+//	                       qstashsub: Type; EventFromMessage: the topic a
+//	                       Router subscribed to)
 //	Source                 ce-source ("outboxkit" when empty)
 //	AggregateID            ce-subject
 //	AggregateType          ce-aggregatetype
@@ -80,9 +100,10 @@
 //	Sequence, CreatedAt    ce-sequence, ce-time (store-assigned: TxPublisher
 //	                       ignores them)
 //	Payload (JSON)         payload, unchanged
-//	Headers traceparent,   the same metadata names; the subscribers also put
-//	  tracestate, baggage  the trace context in msg.Context(), and TxPublisher
-//	                       takes it from msg.Context() when there is one
+//	Headers traceparent,   the same metadata names; with the hooks above the
+//	  tracestate, baggage  subscribers also put the trace context in
+//	                       msg.Context(), and TxPublisher takes it from
+//	                       msg.Context() when there is one
 //	Headers (custom)       metadata of the same name ("ce-x-<name>" when the
 //	                       name itself starts with "ce-" or is content-type)
 //	—                      ce-specversion "1.0", content-type

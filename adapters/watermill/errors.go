@@ -11,18 +11,13 @@ var (
 	// also matches core.ErrInvalidEvent.
 	ErrNonJSONPayload = errors.New("outboxwatermill: message payload is not valid JSON")
 
-	// ErrClosed is returned by a publisher or subscriber used after Close,
-	// and by a QStash delivery that arrives while (or after) its subscriber
-	// closes.
+	// ErrClosed is returned by a publisher or subscriber used after Close
+	// (qstashsub's too), and by a QStash delivery that arrives while (or
+	// after) its subscriber closes.
 	ErrClosed = errors.New("outboxwatermill: closed")
 
-	// ErrNacked is the publish error the outbox and QStash subscribers report
-	// for a message the consumer Nacked: the event is retried (with the
-	// relay's backoff, or by QStash).
+	// ErrNacked is the publish error OutboxSubscriber and the qstashsub
+	// subscriber report for a message the consumer Nacked: the event is
+	// retried (with the relay's backoff, or by QStash).
 	ErrNacked = errors.New("outboxwatermill: message nacked by the consumer")
-
-	// ErrNoSubscription is the error a QStash delivery fails with when no
-	// Subscribe call is currently consuming its topic. It is transient, so
-	// QStash redelivers once a router has subscribed.
-	ErrNoSubscription = errors.New("outboxwatermill: no subscription for the delivery's topic")
 )

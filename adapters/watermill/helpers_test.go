@@ -23,21 +23,6 @@ func memoryAdder(s *memory.Store) outboxwatermill.Adder[struct{}] {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test at the deadline:
-// tests wait on conditions, never on fixed sleeps.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // fastSubscriber is an outbox subscriber configuration for tests: short
 // polls and backoffs so retries happen within milliseconds.
 func fastSubscriber() *outboxwatermill.OutboxSubscriberConfig {
@@ -68,21 +53,6 @@ func newPostgresStore(t testing.TB, maxConns int32) (*pgxpool.Pool, *postgres.St
 		t.Fatal(err)
 	}
 	return pool, store
-}
-
-// receive returns the next message from ch, failing the test after timeout.
-func receive(t testing.TB, ch <-chan *message.Message, timeout time.Duration) *message.Message {
-	t.Helper()
-	select {
-	case msg, ok := <-ch:
-		if !ok {
-			t.Fatal("subscription channel closed")
-		}
-		return msg
-	case <-time.After(timeout):
-		t.Fatalf("no message within %s", timeout)
-	}
-	return nil
 }
 
 // collector records the events a Watermill subscription receives, acking

@@ -9,10 +9,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
 )
-
-const testTraceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 func fullEvent() core.Event {
 	return core.Event{
@@ -25,7 +24,7 @@ func fullEvent() core.Event {
 		Sequence:      7,
 		Payload:       json.RawMessage(`{"total":12.5}`),
 		Headers: map[string]string{
-			"traceparent":    testTraceparent,
+			"traceparent":    wmtest.Traceparent,
 			"tracestate":     "vendor=x",
 			"correlation_id": "corr-1",
 			"ce-custom":      "kept prefixed",
@@ -58,7 +57,7 @@ func TestMessageFromEventCarriesEveryAttribute(t *testing.T) {
 		"ce-sequence":      "7",
 		"ce-time":          "2030-01-02T03:04:05.000006Z",
 		"content-type":     "application/json",
-		"traceparent":      testTraceparent,
+		"traceparent":      wmtest.Traceparent,
 		"tracestate":       "vendor=x",
 		// Custom headers under their own names, so Watermill middleware
 		// (CorrelationID) finds them...

@@ -9,11 +9,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outboxkit/outboxkit/core"
-	"github.com/outboxkit/outboxkit/tracing"
 )
 
 // OutboxSubscriberConfig configures an OutboxSubscriber. The zero value is
@@ -59,10 +56,14 @@ type OutboxSubscriberConfig struct {
 	Middleware []core.PublisherMiddleware
 	// Hooks observe every settled batch (tracing.RelayHook for metrics).
 	Hooks []core.RelayHook
-	// Propagators extracts the trace context of each event's headers into
-	// its message's Context, so the handler continues the producer's trace.
-	// Defaults to otel.GetTextMapPropagator().
-	Propagators propagation.TextMapPropagator
+	// ContextFor, when set, derives each message's Context from the context
+	// the subscription gives it (which it must return, or a child of it)
+	// and the event: set it to tracing.NewExtractor() so that the handler
+	// continues the producer's trace from msg.Context(). Defaults to nil:
+	// the message's Context carries the Subscribe context's values only,
+	// and the trace context travels in the message's metadata (traceparent,
+	// tracestate, baggage) alone.
+	ContextFor func(ctx context.Context, e core.Event) context.Context
 	// Logger receives the relays' logs (one warning per nacked message).
 	// Defaults to a logger that discards.
 	Logger *slog.Logger
@@ -90,9 +91,6 @@ func (c OutboxSubscriberConfig) WithDefaults() OutboxSubscriberConfig {
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = 5 * time.Second
-	}
-	if c.Propagators == nil {
-		c.Propagators = otel.GetTextMapPropagator()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -185,8 +183,9 @@ func NewOutboxSubscriber(store core.Store, cfg *OutboxSubscriberConfig) (*Outbox
 // Subscribe starts consuming the events bound for topic. The returned
 // channel is closed once ctx is done or the subscriber is closed, after the
 // messages already handed out were acknowledged or CloseTimeout passed.
-// Each message's Context carries ctx's values and the event's trace context,
-// and is cancelled once the message is acknowledged or given back.
+// Each message's Context carries ctx's values (and, with ContextFor, the
+// event's trace context), and is cancelled once the message is acknowledged
+// or given back.
 func (s *OutboxSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
 		return nil, errors.New("outboxwatermill: subscribe: empty topic")
@@ -313,7 +312,9 @@ func (sub *outboxSubscription) deliverOne(ctx context.Context, e core.Event) err
 	// long as the relay's publish context, which shutdown ends at once.
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	mctx = sub.s.cfg.Propagators.Extract(mctx, tracing.HeaderCarrier(e.Headers))
+	if sub.s.cfg.ContextFor != nil {
+		mctx = sub.s.cfg.ContextFor(mctx, e)
+	}
 	msg.SetContext(mctx)
 
 	select {

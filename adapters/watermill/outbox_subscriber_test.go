@@ -14,8 +14,10 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/tracing"
 )
 
 func newMemorySubscriber(t *testing.T, cfg *outboxwatermill.OutboxSubscriberConfig) (*outboxwatermill.OutboxSubscriber, *memory.Store) {
@@ -33,7 +35,7 @@ func addEvents(t *testing.T, store *memory.Store, topic string, n int) []core.Ev
 	t.Helper()
 	events := make([]core.Event, n)
 	for i := range events {
-		events[i] = eventTo(topic, "t")
+		events[i] = wmtest.Event(topic, "t")
 	}
 	if err := store.Add(context.Background(), events...); err != nil {
 		t.Fatal(err)
@@ -54,7 +56,7 @@ func TestOutboxSubscriberWaitsForAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := receive(t, ch, 5*time.Second)
+	first := wmtest.Receive(t, ch, 5*time.Second)
 	if first.UUID != events[0].ID.String() {
 		t.Errorf("first message %s, want the oldest event %s", first.UUID, events[0].ID)
 	}
@@ -64,12 +66,12 @@ func TestOutboxSubscriberWaitsForAck(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	first.Ack()
-	second := receive(t, ch, 5*time.Second)
+	second := wmtest.Receive(t, ch, 5*time.Second)
 	if second.UUID != events[1].ID.String() {
 		t.Errorf("second message %s, want %s", second.UUID, events[1].ID)
 	}
 	second.Ack()
-	waitFor(t, 5*time.Second, "both events to be marked published", func() bool {
+	wmtest.WaitFor(t, 5*time.Second, "both events to be marked published", func() bool {
 		a, _ := store.Get(events[0].ID)
 		b, _ := store.Get(events[1].ID)
 		return !a.PublishedAt.IsZero() && !b.PublishedAt.IsZero()
@@ -87,13 +89,13 @@ func TestOutboxSubscriberRetriesNackedUntilDeadLetter(t *testing.T) {
 		t.Fatal(err)
 	}
 	for attempt := 1; attempt <= 3; attempt++ {
-		msg := receive(t, ch, 5*time.Second)
+		msg := wmtest.Receive(t, ch, 5*time.Second)
 		if msg.UUID != e.ID.String() {
 			t.Fatalf("attempt %d delivered %s, want %s", attempt, msg.UUID, e.ID)
 		}
 		msg.Nack()
 	}
-	waitFor(t, 5*time.Second, "the event to be dead-lettered after 3 nacks", func() bool {
+	wmtest.WaitFor(t, 5*time.Second, "the event to be dead-lettered after 3 nacks", func() bool {
 		st, _ := store.Get(e.ID)
 		return !st.DeadAt.IsZero()
 	})
@@ -118,7 +120,7 @@ func TestOutboxSubscriberCloseWaitsForInFlightAck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := receive(t, ch, 5*time.Second)
+	msg := wmtest.Receive(t, ch, 5*time.Second)
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()
 	select {
@@ -160,7 +162,7 @@ func TestOutboxSubscriberGivesBackUnackedOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := receive(t, ch, 5*time.Second)
+	msg := wmtest.Receive(t, ch, 5*time.Second)
 	if err := sub.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -199,10 +201,10 @@ func TestOutboxSubscriberEndsWithSubscribeContext(t *testing.T) {
 func TestOutboxSubscriberContinuesTheTrace(t *testing.T) {
 	t.Parallel()
 	cfg := fastSubscriber()
-	cfg.Propagators = propagation.TraceContext{}
+	cfg.ContextFor = tracing.NewExtractor(tracing.WithPropagators(propagation.TraceContext{}))
 	sub, store := newMemorySubscriber(t, cfg)
-	e := eventTo("q", "t")
-	e.Headers = map[string]string{"traceparent": testTraceparent}
+	e := wmtest.Event("q", "t")
+	e.Headers = map[string]string{"traceparent": wmtest.Traceparent}
 	if err := store.Add(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
@@ -211,13 +213,13 @@ func TestOutboxSubscriberContinuesTheTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := receive(t, ch, 5*time.Second)
+	msg := wmtest.Receive(t, ch, 5*time.Second)
 	defer msg.Ack()
 	sc := trace.SpanContextFromContext(msg.Context())
 	if sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || !sc.IsRemote() {
 		t.Errorf("message context span %v, want the remote parent from traceparent", sc)
 	}
-	if msg.Metadata.Get("traceparent") != testTraceparent {
+	if msg.Metadata.Get("traceparent") != wmtest.Traceparent {
 		t.Errorf("traceparent metadata %q", msg.Metadata.Get("traceparent"))
 	}
 	if msg.Context().Value(ctxKey{}) != "v" {
@@ -268,7 +270,7 @@ func TestOutboxSubscriberWakesOnNotify(t *testing.T) {
 	}
 	// Once both subscriptions made their first claim, nothing but a wake-up
 	// makes them look again within the hour.
-	waitFor(t, 5*time.Second, "both subscriptions' first claim", func() bool {
+	wmtest.WaitFor(t, 5*time.Second, "both subscriptions' first claim", func() bool {
 		return counted.Claims("a") > 0 && counted.Claims("b") > 0
 	})
 	for _, topic := range []string{"a", "b"} {
@@ -276,8 +278,8 @@ func TestOutboxSubscriberWakesOnNotify(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	receive(t, chA, 10*time.Second).Ack()
-	receive(t, chB, 10*time.Second).Ack()
+	wmtest.Receive(t, chA, 10*time.Second).Ack()
+	wmtest.Receive(t, chB, 10*time.Second).Ack()
 }
 
 // claimCounter counts a store's claims per destination, and passes its

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/core/coretest"
 )
@@ -87,10 +88,6 @@ func (p *fakePublisher) Calls() []fakeCall {
 	return append([]fakeCall(nil), p.calls...)
 }
 
-func eventTo(destination, typ string) core.Event {
-	return core.Event{ID: core.NewID(), Type: typ, Destination: destination, SchemaVersion: 1, Payload: []byte(`{}`)}
-}
-
 func TestPublisherReportsEachEventsOutcome(t *testing.T) {
 	t.Parallel()
 	fake := &fakePublisher{fail: map[string]error{"bad": errors.New("broker says no")}}
@@ -105,7 +102,7 @@ func TestPublisherReportsEachEventsOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := []core.Event{eventTo("good", "a"), eventTo("bad", "b"), eventTo("", "by-type"), eventTo("", "lost")}
+	events := []core.Event{wmtest.Event("good", "a"), wmtest.Event("bad", "b"), wmtest.Event("", "by-type"), wmtest.Event("", "lost")}
 	err = pub.Publish(context.Background(), events)
 	var be *core.BatchError
 	if !errors.As(err, &be) || len(be.Errs) != len(events) {
@@ -138,7 +135,7 @@ func TestPublisherGroupsByTopic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := []core.Event{eventTo("a", "t"), eventTo("bad", "t"), eventTo("a", "t"), eventTo("bad", "t")}
+	events := []core.Event{wmtest.Event("a", "t"), wmtest.Event("bad", "t"), wmtest.Event("a", "t"), wmtest.Event("bad", "t")}
 	err = pub.Publish(context.Background(), events)
 	errs := core.EventErrors(len(events), err)
 	if errs[0] != nil || errs[2] != nil || errs[1] == nil || errs[3] == nil {
@@ -160,7 +157,7 @@ func TestPublisherReturnsWhenContextEnds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	events := []core.Event{eventTo("a", "t"), eventTo("b", "t")}
+	events := []core.Event{wmtest.Event("a", "t"), wmtest.Event("b", "t")}
 	done := make(chan error, 1)
 	go func() { done <- pub.Publish(ctx, events) }()
 	var perr error
@@ -179,7 +176,7 @@ func TestPublisherReturnsWhenContextEnds(t *testing.T) {
 	}
 	// The blocked call completes in the background; the second event must
 	// not be published after Publish reported it failed.
-	waitFor(t, 5*time.Second, "the blocked publish to finish", func() bool { return len(fake.Calls()) >= 1 })
+	wmtest.WaitFor(t, 5*time.Second, "the blocked publish to finish", func() bool { return len(fake.Calls()) >= 1 })
 	if calls := fake.Calls(); len(calls) != 1 {
 		t.Errorf("calls = %+v, want only the one under way when the context ended", calls)
 	}
@@ -194,7 +191,7 @@ func TestPublisherTurnsPanicIntoError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := pub.Publish(context.Background(), []core.Event{eventTo("a", "t")}); err == nil {
+	if err := pub.Publish(context.Background(), []core.Event{wmtest.Event("a", "t")}); err == nil {
 		t.Fatal("a panicking Watermill publisher reported success")
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/outboxkit/outboxkit/core"
-	"github.com/outboxkit/outboxkit/tracing"
 )
 
 // Adder is the write side of an outbox store: it adds events within the
@@ -65,12 +63,18 @@ type TxPublisherConfig struct {
 	// surprise them. Turn it on for Watermill-to-Watermill traffic only.
 	WrapNonJSON bool
 
-	// Propagators injects the trace context of each message's Context into
-	// the event's headers (with tracing.Inject), replacing trace metadata the
-	// message may carry; when the context has none, traceparent, tracestate
-	// and baggage metadata are kept as they are. Defaults to
-	// otel.GetTextMapPropagator().
-	Propagators propagation.TextMapPropagator
+	// BeforeAdd, when set, is called on each event before it is validated
+	// and added, with the Context of the message it was made from, the way
+	// postgres.Config.BeforeAdd is called by the store. Set it to
+	// tracing.NewInjector() so that each event carries its message's trace
+	// context: it replaces the trace metadata the message may carry, and
+	// keeps that metadata when the context has none. Defaults to nil: the
+	// events carry the message's metadata only, traceparent included.
+	//
+	// A store whose own BeforeAdd injects (postgres.Config) sees the
+	// Context of the Publish call's first message for every event of the
+	// call, and has the last word.
+	BeforeAdd func(ctx context.Context, e *core.Event)
 }
 
 // TxPublisher is a Watermill message.Publisher that writes messages into the
@@ -87,9 +91,8 @@ type TxPublisherConfig struct {
 //
 // See the package documentation for how a message becomes an event.
 type TxPublisher struct {
-	add    func(ctx context.Context, events []core.Event) error
-	cfg    TxPublisherConfig
-	inject func(ctx context.Context, e *core.Event)
+	add func(ctx context.Context, events []core.Event) error
+	cfg TxPublisherConfig
 
 	mu     sync.Mutex
 	closed bool
@@ -119,9 +122,8 @@ func NewTxPublisher[TTx any](adder Adder[TTx], tx TTx, cfg *TxPublisherConfig) (
 		c.EventID = DefaultEventID
 	}
 	return &TxPublisher{
-		add:    func(ctx context.Context, events []core.Event) error { return adder.Add(ctx, tx, events...) },
-		cfg:    c,
-		inject: tracing.NewInjector(tracing.WithPropagators(c.Propagators)),
+		add: func(ctx context.Context, events []core.Event) error { return adder.Add(ctx, tx, events...) },
+		cfg: c,
 	}, nil
 }
 
@@ -246,7 +248,9 @@ func (p *TxPublisher) toEvent(topic string, msg *message.Message) (core.Event, e
 	if len(headers) > 0 {
 		e.Headers = headers
 	}
-	p.inject(msg.Context(), &e)
+	if p.cfg.BeforeAdd != nil {
+		p.cfg.BeforeAdd(msg.Context(), &e)
+	}
 	if err := e.Validate(); err != nil {
 		return core.Event{}, err
 	}

@@ -12,8 +12,10 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/tracing"
 )
 
 func newMemoryTxPublisher(t *testing.T, cfg *outboxwatermill.TxPublisherConfig) (*outboxwatermill.TxPublisher, *memory.Store) {
@@ -35,7 +37,7 @@ func TestTxPublisherMapsMessageToEvent(t *testing.T) {
 	msg.Metadata.Set("ce-subject", "inv-9")
 	msg.Metadata.Set("ce-aggregatetype", "invoice")
 	msg.Metadata.Set("ce-schemaversion", "2")
-	msg.Metadata.Set("traceparent", testTraceparent)
+	msg.Metadata.Set("traceparent", wmtest.Traceparent)
 	msg.Metadata.Set("correlation_id", "c-1")
 	msg.Metadata.Set("ce-x-tenant", "acme")             // consumed from an outbox and published on
 	msg.Metadata.Set("ce-time", "2001-01-01T00:00:00Z") // the store's to assign
@@ -51,7 +53,7 @@ func TestTxPublisherMapsMessageToEvent(t *testing.T) {
 		e.AggregateType != "invoice" || e.SchemaVersion != 2 || string(e.Payload) != `{"amount":5}` {
 		t.Errorf("event = %+v", e)
 	}
-	want := map[string]string{"traceparent": testTraceparent, "correlation_id": "c-1", "tenant": "acme"}
+	want := map[string]string{"traceparent": wmtest.Traceparent, "correlation_id": "c-1", "tenant": "acme"}
 	if len(e.Headers) != len(want) {
 		t.Errorf("headers = %v, want %v", e.Headers, want)
 	}
@@ -109,7 +111,7 @@ func TestTxPublisherGivesNonUUIDMessagesAV7ID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := receive(t, ch, 5*time.Second)
+	got := wmtest.Receive(t, ch, 5*time.Second)
 	got.Ack()
 	if got.UUID != msg.UUID {
 		t.Errorf("consumer sees UUID %q, want the published %q", got.UUID, msg.UUID)
@@ -149,14 +151,16 @@ func TestTxPublisherRefusesNonJSONUnlessWrapping(t *testing.T) {
 
 func TestTxPublisherInjectsTraceOfMessageContext(t *testing.T) {
 	t.Parallel()
-	pub, store := newMemoryTxPublisher(t, &outboxwatermill.TxPublisherConfig{Propagators: propagation.TraceContext{}})
+	pub, store := newMemoryTxPublisher(t, &outboxwatermill.TxPublisherConfig{
+		BeforeAdd: tracing.NewInjector(tracing.WithPropagators(propagation.TraceContext{})),
+	})
 	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
 	}))
 	msg := message.NewMessage(core.NewID().String(), []byte(`{}`))
-	msg.Metadata.Set("traceparent", testTraceparent) // stale: the context wins
+	msg.Metadata.Set("traceparent", wmtest.Traceparent) // stale: the context wins
 	msg.SetContext(ctx)
 	if err := pub.Publish("t", msg); err != nil {
 		t.Fatal(err)

@@ -44,6 +44,7 @@ import (
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/tracing"
 )
 
 // config is where the services are and how much to do.
@@ -287,7 +288,11 @@ func placeOrder(ctx context.Context, pool *pgxpool.Pool, store *postgres.Store, 
 		if _, err := tx.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "orders"}.Sanitize()+" (id, quantity) VALUES ($1, $2)", o.ID, o.Quantity); err != nil {
 			return err
 		}
-		pub, err := outboxwatermill.NewTxPublisher[postgres.DBTX](store, tx, nil)
+		// BeforeAdd records each message's trace context in its event, so
+		// that a traced service's consumers join the producer's trace.
+		pub, err := outboxwatermill.NewTxPublisher[postgres.DBTX](store, tx, &outboxwatermill.TxPublisherConfig{
+			BeforeAdd: tracing.NewInjector(),
+		})
 		if err != nil {
 			return err
 		}

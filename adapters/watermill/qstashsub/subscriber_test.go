@@ -1,4 +1,4 @@
-package outboxwatermill_test
+package qstashsub_test
 
 import (
 	"bytes"
@@ -18,22 +18,27 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
+	"github.com/outboxkit/outboxkit/adapters/watermill/qstashsub"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/qstash"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
+	"github.com/outboxkit/outboxkit/tracing"
 )
 
-// qstashRig is an in-memory QStash delivering to a QStashSubscriber behind
+// qstashRig is an in-memory QStash delivering to a Subscriber behind
 // a local HTTP endpoint.
 type qstashRig struct {
 	dev      *qstashdev.Server
 	api      *httptest.Server
 	endpoint *httptest.Server
 	url      string
-	sub      *outboxwatermill.QStashSubscriber
+	sub      *qstashsub.Subscriber
 
 	mu       sync.Mutex
 	captured []capturedDelivery // every delivery request, as it arrived
@@ -51,7 +56,7 @@ func (r *qstashRig) deliveries() []capturedDelivery {
 	return append([]capturedDelivery(nil), r.captured...)
 }
 
-func newQStashRig(t *testing.T, cfg outboxwatermill.QStashSubscriberConfig) *qstashRig {
+func newQStashRig(t *testing.T, cfg qstashsub.Config) *qstashRig {
 	t.Helper()
 	// QStash's backoff is 12s for the first retry; a thousandth of it keeps
 	// the retry real and the test fast.
@@ -66,7 +71,7 @@ func newQStashRig(t *testing.T, cfg outboxwatermill.QStashSubscriberConfig) *qst
 	cfg.CurrentSigningKey = qstashdev.DefaultCurrentSigningKey
 	cfg.NextSigningKey = qstashdev.DefaultNextSigningKey
 	cfg.URL = r.url
-	r.sub, err = outboxwatermill.NewQStashSubscriber(&cfg)
+	r.sub, err = qstashsub.New(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +123,7 @@ func (r *qstashRig) relay(t *testing.T, events ...core.Event) {
 // retries, and the retry succeeds and applies the effect once.
 func TestQStashSubscriberFeedsARouter(t *testing.T) {
 	t.Parallel()
-	rig := newQStashRig(t, outboxwatermill.QStashSubscriberConfig{})
+	rig := newQStashRig(t, qstashsub.Config{})
 
 	const n = 5
 	events := make([]core.Event, n)
@@ -126,7 +131,7 @@ func TestQStashSubscriberFeedsARouter(t *testing.T) {
 		events[i] = core.Event{
 			ID: core.NewID(), Type: "order.placed", SchemaVersion: 1, AggregateType: "order",
 			AggregateID: fmt.Sprint(i), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
-			Headers: map[string]string{"traceparent": testTraceparent, "tenant": "acme"},
+			Headers: map[string]string{"traceparent": wmtest.Traceparent, "tenant": "acme"},
 		}
 	}
 
@@ -157,7 +162,7 @@ func TestQStashSubscriberFeedsARouter(t *testing.T) {
 		mu.Lock()
 		first := len(attempts[msg.UUID]) == 0
 		attempts[msg.UUID] = append(attempts[msg.UUID], attempt{retried: d.Retried, ok: !first})
-		if msg.UUID != e.ID.String() || e.Headers["tenant"] != "acme" || msg.Metadata.Get("traceparent") != testTraceparent {
+		if msg.UUID != e.ID.String() || e.Headers["tenant"] != "acme" || msg.Metadata.Get("traceparent") != wmtest.Traceparent {
 			problems = append(problems, fmt.Sprintf("message %s: event %+v, metadata %v", msg.UUID, e, msg.Metadata))
 		}
 		mu.Unlock()
@@ -179,7 +184,7 @@ func TestQStashSubscriberFeedsARouter(t *testing.T) {
 	<-router.Running()
 
 	rig.relay(t, events...)
-	waitFor(t, 30*time.Second, "every event handled successfully after one failure", func() bool {
+	wmtest.WaitFor(t, 30*time.Second, "every event handled successfully after one failure", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range events {
@@ -218,7 +223,7 @@ func TestQStashSubscriberAnswers(t *testing.T) {
 	t.Parallel()
 	var decisions []qstash.Decision
 	var mu sync.Mutex
-	rig := newQStashRig(t, outboxwatermill.QStashSubscriberConfig{
+	rig := newQStashRig(t, qstashsub.Config{
 		OnDecision: func(_ context.Context, d qstash.Decision) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -238,9 +243,9 @@ func TestQStashSubscriberAnswers(t *testing.T) {
 	}
 
 	// No subscription yet: 500, so QStash keeps the delivery.
-	early := eventTo("", "early")
+	early := wmtest.Event("", "early")
 	rig.relay(t, early)
-	waitFor(t, 10*time.Second, "the unsubscribed delivery to be refused", func() bool { return len(statusOf(early.ID)) > 0 })
+	wmtest.WaitFor(t, 10*time.Second, "the unsubscribed delivery to be refused", func() bool { return len(statusOf(early.ID)) > 0 })
 	if s := statusOf(early.ID)[0]; s != http.StatusInternalServerError {
 		t.Errorf("delivery with no subscription answered %d, want 500", s)
 	}
@@ -249,23 +254,23 @@ func TestQStashSubscriberAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := eventTo("", "t")
+	e := wmtest.Event("", "t")
 	rig.relay(t, e)
-	msg := receive(t, ch, 10*time.Second)
+	msg := wmtest.Receive(t, ch, 10*time.Second)
 	if msg.UUID != e.ID.String() {
 		t.Fatalf("UUID %s, want event ID %s", msg.UUID, e.ID)
 	}
 	msg.Nack()
-	waitFor(t, 10*time.Second, "the nack to be answered", func() bool { return len(statusOf(e.ID)) > 0 })
+	wmtest.WaitFor(t, 10*time.Second, "the nack to be answered", func() bool { return len(statusOf(e.ID)) > 0 })
 	if s := statusOf(e.ID)[0]; s != http.StatusInternalServerError {
 		t.Errorf("nacked delivery answered %d, want 500", s)
 	}
 	if msg.Context().Err() == nil {
 		t.Error("message context still live after Nack")
 	}
-	retry := receive(t, ch, 10*time.Second) // QStash's retry
+	retry := wmtest.Receive(t, ch, 10*time.Second) // QStash's retry
 	retry.Ack()
-	waitFor(t, 10*time.Second, "the ack to be answered", func() bool { return len(statusOf(e.ID)) > 1 })
+	wmtest.WaitFor(t, 10*time.Second, "the ack to be answered", func() bool { return len(statusOf(e.ID)) > 1 })
 	if s := statusOf(e.ID)[1]; s != http.StatusOK {
 		t.Errorf("acked delivery answered %d, want 200", s)
 	}
@@ -295,16 +300,16 @@ func TestQStashSubscriberAnswers(t *testing.T) {
 // message for the Watermill handler; none may be handed out.
 func TestQStashSubscriberCapturedDeliveryIsNotReplayed(t *testing.T) {
 	t.Parallel()
-	rig := newQStashRig(t, outboxwatermill.QStashSubscriberConfig{})
+	rig := newQStashRig(t, qstashsub.Config{})
 	subCtx, stopSub := context.WithCancel(context.Background())
 	defer stopSub()
 	ch, err := rig.sub.Subscribe(subCtx, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := eventTo("", "t")
+	e := wmtest.Event("", "t")
 	rig.relay(t, e)
-	msg := receive(t, ch, 10*time.Second)
+	msg := wmtest.Receive(t, ch, 10*time.Second)
 	msg.Ack()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -348,13 +353,13 @@ func TestQStashSubscriberCapturedDeliveryIsNotReplayed(t *testing.T) {
 
 func TestNewQStashSubscriberValidates(t *testing.T) {
 	t.Parallel()
-	for name, cfg := range map[string]*outboxwatermill.QStashSubscriberConfig{
+	for name, cfg := range map[string]*qstashsub.Config{
 		"nil":      nil,
 		"no keys":  {URL: "https://example.com/q"},
 		"no URL":   {CurrentSigningKey: "sig_a", NextSigningKey: "sig_b"},
 		"bad next": {CurrentSigningKey: "sig_a", URL: "https://example.com/q"},
 	} {
-		if _, err := outboxwatermill.NewQStashSubscriber(cfg); !errors.Is(err, core.ErrInvalidConfig) {
+		if _, err := qstashsub.New(cfg); !errors.Is(err, core.ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want core.ErrInvalidConfig", name, err)
 		}
 	}
@@ -396,19 +401,19 @@ func replayOf(t *testing.T, req *http.Request, body []byte) *http.Request {
 // signed body, never from ce-* headers.
 func TestQStashSubscriberRefusesReplaysAndUnsignedAttributes(t *testing.T) {
 	t.Parallel()
-	sub := newDirectQStashSubscriber(t, 0)
+	sub := newDirectQStashSubscriber(t, qstashsub.Config{})
 	ch, err := sub.Subscribe(context.Background(), "order.placed")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := eventTo("", "order.placed")
+	e := wmtest.Event("", "order.placed")
 	req := signedDelivery(t, context.Background(), e)
 	body, _ := qstash.EncodeStructuredEvent(e)
 	req.Header.Set("ce-id", core.NewID().String()) // unsigned: ignored
 	req.Header.Set("ce-type", "order.refunded")
 	req.Header.Set("traceparent", "00-11111111111111111111111111111111-2222222222222222-01")
 	rec, done := serve(sub, req)
-	msg := receive(t, ch, 5*time.Second)
+	msg := wmtest.Receive(t, ch, 5*time.Second)
 	if msg.UUID != e.ID.String() {
 		t.Errorf("message UUID %s from an unsigned header, want the signed event ID %s", msg.UUID, e.ID)
 	}
@@ -437,14 +442,14 @@ func TestQStashSubscriberRefusesReplaysAndUnsignedAttributes(t *testing.T) {
 	}
 }
 
-func newDirectQStashSubscriber(t *testing.T, closeTimeout time.Duration) *outboxwatermill.QStashSubscriber {
+// newDirectQStashSubscriber returns a subscriber for requests signed with
+// qstashdev's keys for endpointURL, configured otherwise by cfg.
+func newDirectQStashSubscriber(t *testing.T, cfg qstashsub.Config) *qstashsub.Subscriber {
 	t.Helper()
-	sub, err := outboxwatermill.NewQStashSubscriber(&outboxwatermill.QStashSubscriberConfig{
-		CurrentSigningKey: qstashdev.DefaultCurrentSigningKey,
-		NextSigningKey:    qstashdev.DefaultNextSigningKey,
-		URL:               endpointURL,
-		CloseTimeout:      closeTimeout,
-	})
+	cfg.CurrentSigningKey = qstashdev.DefaultCurrentSigningKey
+	cfg.NextSigningKey = qstashdev.DefaultNextSigningKey
+	cfg.URL = endpointURL
+	sub, err := qstashsub.New(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,14 +471,14 @@ func serve(h http.Handler, req *http.Request) (*httptest.ResponseRecorder, <-cha
 
 func TestQStashSubscriberHonoursRequestContext(t *testing.T) {
 	t.Parallel()
-	sub := newDirectQStashSubscriber(t, 0)
+	sub := newDirectQStashSubscriber(t, qstashsub.Config{})
 	ch, err := sub.Subscribe(context.Background(), "t")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rec, done := serve(sub, signedDelivery(t, ctx, eventTo("", "t")))
-	msg := receive(t, ch, 5*time.Second)
+	rec, done := serve(sub, signedDelivery(t, ctx, wmtest.Event("", "t")))
+	msg := wmtest.Receive(t, ch, 5*time.Second)
 	cancel() // QStash gave up on the attempt (its timeout)
 	select {
 	case <-done:
@@ -488,15 +493,56 @@ func TestQStashSubscriberHonoursRequestContext(t *testing.T) {
 	}
 }
 
+// TestQStashSubscriberContinuesTheTrace: with ContextFor set to
+// tracing.NewExtractor, the message's Context continues the trace the
+// signed event carries, and keeps the request's values; without it, the
+// trace context is in the metadata only.
+func TestQStashSubscriberContinuesTheTrace(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]qstashsub.Config{
+		"ContextFor":    {ContextFor: tracing.NewExtractor(tracing.WithPropagators(propagation.TraceContext{}))},
+		"no ContextFor": {},
+	} {
+		sub := newDirectQStashSubscriber(t, cfg)
+		ch, err := sub.Subscribe(context.Background(), "t")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := wmtest.Event("", "t")
+		e.Headers = map[string]string{"traceparent": wmtest.Traceparent}
+		ctx := context.WithValue(context.Background(), ctxKey{}, "v")
+		rec, done := serve(sub, signedDelivery(t, ctx, e))
+		msg := wmtest.Receive(t, ch, 5*time.Second)
+		sc := trace.SpanContextFromContext(msg.Context())
+		if want := cfg.ContextFor != nil; sc.IsValid() != want ||
+			(want && (sc.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" || !sc.IsRemote())) {
+			t.Errorf("%s: message context span %v; want the traceparent's remote parent: %v", name, sc, want)
+		}
+		if msg.Metadata.Get("traceparent") != wmtest.Traceparent {
+			t.Errorf("%s: traceparent metadata %q", name, msg.Metadata.Get("traceparent"))
+		}
+		if msg.Context().Value(ctxKey{}) != "v" {
+			t.Errorf("%s: message context lost the request context's values", name)
+		}
+		msg.Ack()
+		<-done
+		if rec.Code != http.StatusOK {
+			t.Errorf("%s: delivery answered %d, want 200", name, rec.Code)
+		}
+	}
+}
+
+type ctxKey struct{}
+
 func TestQStashSubscriberCloseLetsInFlightFinish(t *testing.T) {
 	t.Parallel()
-	sub := newDirectQStashSubscriber(t, 10*time.Second)
+	sub := newDirectQStashSubscriber(t, qstashsub.Config{CloseTimeout: 10 * time.Second})
 	ch, err := sub.Subscribe(context.Background(), "t")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, done := serve(sub, signedDelivery(t, context.Background(), eventTo("", "t")))
-	msg := receive(t, ch, 5*time.Second)
+	rec, done := serve(sub, signedDelivery(t, context.Background(), wmtest.Event("", "t")))
+	msg := wmtest.Receive(t, ch, 5*time.Second)
 	closed := make(chan error, 1)
 	go func() { closed <- sub.Close() }()
 	// Close ends the subscription (its channel closes) but the delivery in
@@ -517,7 +563,7 @@ func TestQStashSubscriberCloseLetsInFlightFinish(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	rec, done = serve(sub, signedDelivery(t, context.Background(), eventTo("", "t")))
+	rec, done = serve(sub, signedDelivery(t, context.Background(), wmtest.Event("", "t")))
 	<-done
 	if rec.Code != http.StatusInternalServerError {
 		t.Errorf("delivery after Close answered %d, want 500 so QStash retries", rec.Code)
@@ -539,8 +585,8 @@ func TestQStashSubscriberLogsRefusalsByDefault(t *testing.T) {
 	}), &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
-	sub := newDirectQStashSubscriber(t, 0)
-	req := signedDelivery(t, context.Background(), eventTo("", "t"))
+	sub := newDirectQStashSubscriber(t, qstashsub.Config{})
+	req := signedDelivery(t, context.Background(), wmtest.Event("", "t"))
 	const forged = "eyJhbGciOiJIUzI1NiJ9.eyJpc3MiOiJVcHN0YXNoIn0.Zm9yZ2VkLXNpZ25hdHVyZS1mb3JnZWQtc2lnbmF0dXJlLWZvcmdl"
 	req.Header.Set("Upstash-Signature", forged)
 	rec, done := serve(sub, req)

@@ -1,4 +1,4 @@
-package outboxwatermill
+package qstashsub
 
 import (
 	"context"
@@ -10,17 +10,15 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/propagation"
 
+	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/qstash"
-	"github.com/outboxkit/outboxkit/tracing"
 )
 
-// QStashSubscriberConfig configures a QStashSubscriber. The signing keys and
-// URL are required; everything else says its default.
-type QStashSubscriberConfig struct {
+// Config configures a Subscriber. The signing keys and URL are required;
+// everything else says its default.
+type Config struct {
 	// CurrentSigningKey and NextSigningKey are QStash's signing keys
 	// (QSTASH_CURRENT_SIGNING_KEY, QSTASH_NEXT_SIGNING_KEY). Required: an
 	// empty key is refused, since it would verify tokens anyone can sign.
@@ -58,9 +56,13 @@ type QStashSubscriberConfig struct {
 	// itself does not wait: the HTTP server's Shutdown waits for requests.
 	// Defaults to 5s; a negative value answers them at once.
 	CloseTimeout time.Duration
-	// Propagators extracts the trace context of each event's headers into
-	// its message's Context. Defaults to otel.GetTextMapPropagator().
-	Propagators propagation.TextMapPropagator
+	// ContextFor, when set, derives each message's Context from the
+	// request's context (which it must return, or a child of it) and the
+	// event: set it to tracing.NewExtractor() so that the handler continues
+	// the producer's trace from msg.Context(). Defaults to nil: the trace
+	// context travels in the message's metadata (traceparent, tracestate,
+	// baggage) alone.
+	ContextFor func(ctx context.Context, e core.Event) context.Context
 	// OnDecision learns the outcome of every request (see qstash.Decision).
 	// Optional.
 	OnDecision qstash.DecisionHook
@@ -74,18 +76,18 @@ type QStashSubscriberConfig struct {
 	Clock core.Clock
 }
 
-// QStashSubscriber is a Watermill message.Subscriber fed by QStash
-// deliveries. It is also the http.Handler of the endpoint QStash delivers
-// to: mount it at the path of Config.URL.
+// Subscriber is a Watermill message.Subscriber fed by QStash deliveries. It
+// is also the http.Handler of the endpoint QStash delivers to: mount it at
+// the path of Config.URL.
 //
 // Each request goes through qstash.Receiver, which refuses non-POSTs,
 // oversized bodies, any request whose signature does not verify strictly
 // and any token already accepted (a replay), and decodes the event from the
 // signed body (a CloudEvents structured-mode document; binary mode only
-// with AllowBinaryMode). The event
-// becomes a message (MessageFromEvent: UUID = event ID) on the channel of
-// its topic, and the request waits for it: Ack answers 200, Nack answers 500
-// so QStash retries with its backoff (Upstash-Retried counts the retries;
+// with AllowBinaryMode). The event becomes a message
+// (outboxwatermill.MessageFromEvent: UUID = event ID) on the channel of its
+// topic, and the request waits for it: Ack answers 200, Nack answers 500 so
+// QStash retries with its backoff (Upstash-Retried counts the retries;
 // qstash.DeliveryFromContext(msg.Context()) reads it). The request's
 // context is the message's, so a delivery QStash gives up on (its timeout)
 // cancels the message's context. A topic nobody subscribes to is answered
@@ -102,12 +104,12 @@ type QStashSubscriberConfig struct {
 // Messages are handed out as requests arrive, without waiting for earlier
 // ones to be acknowledged; QStash's flow control (parallelism) is what
 // bounds how many are in flight.
-type QStashSubscriber struct {
-	receiver *qstash.Receiver
-	topic    func(core.Event) string
-	prop     propagation.TextMapPropagator
-	grace    time.Duration
-	clock    core.Clock
+type Subscriber struct {
+	receiver   *qstash.Receiver
+	topic      func(core.Event) string
+	contextFor func(context.Context, core.Event) context.Context
+	grace      time.Duration
+	clock      core.Clock
 
 	mu      sync.Mutex
 	closed  bool
@@ -128,22 +130,19 @@ type qstashTopic struct {
 }
 
 var (
-	_ message.Subscriber = (*QStashSubscriber)(nil)
-	_ http.Handler       = (*QStashSubscriber)(nil)
+	_ message.Subscriber = (*Subscriber)(nil)
+	_ http.Handler       = (*Subscriber)(nil)
 )
 
-// NewQStashSubscriber validates cfg and returns a subscriber. The error,
-// matching core.ErrInvalidConfig, names the field to fix.
-func NewQStashSubscriber(cfg *QStashSubscriberConfig) (*QStashSubscriber, error) {
+// New validates cfg and returns a subscriber. The error, matching
+// core.ErrInvalidConfig, names the field to fix.
+func New(cfg *Config) (*Subscriber, error) {
 	if cfg == nil {
-		return nil, &core.ConfigError{Field: "QStashSubscriberConfig", Reason: "is nil: pass the signing keys and the endpoint URL"}
+		return nil, &core.ConfigError{Field: "Config", Reason: "is nil: pass the signing keys and the endpoint URL"}
 	}
 	c := *cfg
 	if c.Topic == nil {
 		c.Topic = func(e core.Event) string { return e.Type }
-	}
-	if c.Propagators == nil {
-		c.Propagators = otel.GetTextMapPropagator()
 	}
 	if c.CloseTimeout == 0 {
 		c.CloseTimeout = 5 * time.Second
@@ -151,14 +150,14 @@ func NewQStashSubscriber(cfg *QStashSubscriberConfig) (*QStashSubscriber, error)
 	if c.Clock == nil {
 		c.Clock = core.SystemClock{}
 	}
-	s := &QStashSubscriber{
-		topic:   c.Topic,
-		prop:    c.Propagators,
-		grace:   max(c.CloseTimeout, 0),
-		clock:   c.Clock,
-		closing: make(chan struct{}),
-		topics:  make(map[string]*qstashTopic),
-		cancels: make(map[int]context.CancelFunc),
+	s := &Subscriber{
+		topic:      c.Topic,
+		contextFor: c.ContextFor,
+		grace:      max(c.CloseTimeout, 0),
+		clock:      c.Clock,
+		closing:    make(chan struct{}),
+		topics:     make(map[string]*qstashTopic),
+		cancels:    make(map[int]context.CancelFunc),
 	}
 	r, err := qstash.NewReceiver(&qstash.ReceiverConfig{
 		CurrentSigningKey: c.CurrentSigningKey,
@@ -183,20 +182,20 @@ func NewQStashSubscriber(cfg *QStashSubscriberConfig) (*QStashSubscriber, error)
 }
 
 // ServeHTTP handles one QStash delivery.
-func (s *QStashSubscriber) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *Subscriber) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.receiver.ServeHTTP(w, r)
 }
 
 // Subscribe returns the channel of topic's deliveries. It is closed once ctx
 // is done or the subscriber is closed.
-func (s *QStashSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if topic == "" {
-		return nil, errors.New("outboxwatermill: subscribe: empty topic")
+		return nil, errors.New("qstashsub: subscribe: empty topic")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, outboxwatermill.ErrClosed
 	}
 	t := s.topics[topic]
 	if t == nil {
@@ -247,7 +246,7 @@ func (s *QStashSubscriber) Subscribe(ctx context.Context, topic string) (<-chan 
 // Close ends every subscription and waits for their channels to close.
 // Deliveries arriving afterwards are answered 500 (QStash retries them). It
 // is idempotent.
-func (s *QStashSubscriber) Close() error {
+func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -265,12 +264,12 @@ func (s *QStashSubscriber) Close() error {
 
 // handle is the receiver's handler: it hands the event to a subscription of
 // its topic and waits for the acknowledgement.
-func (s *QStashSubscriber) handle(ctx context.Context, e core.Event) error {
+func (s *Subscriber) handle(ctx context.Context, e core.Event) error {
 	topic := s.topic(e)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return ErrClosed
+		return outboxwatermill.ErrClosed
 	}
 	t := s.topics[topic]
 	if t == nil || t.subs == 0 {
@@ -280,20 +279,23 @@ func (s *QStashSubscriber) handle(ctx context.Context, e core.Event) error {
 	idle := t.idle
 	s.mu.Unlock()
 
-	msg, err := MessageFromEvent(e)
+	msg, err := outboxwatermill.MessageFromEvent(e)
 	if err != nil {
 		return core.Permanent(err)
 	}
 	mctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	msg.SetContext(s.prop.Extract(mctx, tracing.HeaderCarrier(e.Headers)))
+	if s.contextFor != nil {
+		mctx = s.contextFor(mctx, e)
+	}
+	msg.SetContext(mctx)
 
 	select {
 	case t.deliveries <- msg:
 	case <-idle:
 		return fmt.Errorf("%w %q (event %s)", ErrNoSubscription, topic, e.ID)
 	case <-s.closing:
-		return ErrClosed
+		return outboxwatermill.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -302,7 +304,7 @@ func (s *QStashSubscriber) handle(ctx context.Context, e core.Event) error {
 	case <-msg.Acked():
 		return nil
 	case <-msg.Nacked():
-		return ErrNacked
+		return outboxwatermill.ErrNacked
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.closing:
@@ -313,11 +315,11 @@ func (s *QStashSubscriber) handle(ctx context.Context, e core.Event) error {
 	case <-msg.Acked():
 		return nil
 	case <-msg.Nacked():
-		return ErrNacked
+		return outboxwatermill.ErrNacked
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-tm.C():
-		return ErrClosed
+		return outboxwatermill.ErrClosed
 	}
 }
 

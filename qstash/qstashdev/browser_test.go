@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -29,28 +30,28 @@ func wantForbidden(t *testing.T, what string, status int, header http.Header, bo
 // request; SDKs and curl send none.
 func TestCrossOriginRequestRefused(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	forged := hdr("Authorization", "", "Origin", "https://evil.example", "Content-Type", "text/plain;charset=UTF-8")
-	status, header, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/hook")+"?qstash_token="+qstashdev.DefaultToken, forged, "from a web page")
+	status, header, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/hook")+"?qstash_token="+qstashdev.DefaultToken, forged, "from a web page")
 	wantForbidden(t, "cross-origin text/plain publish", status, header, b)
 
 	withToken := hdr("Origin", "http://localhost:3000")
-	status, header, b = h.do(http.MethodPost, "/v2/publish/"+dst.url("/hook"), withToken, "x")
+	status, header, b = h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/hook"), withToken, "x")
 	wantForbidden(t, "cross-origin publish with the bearer token", status, header, b)
-	status, header, b = h.do(http.MethodOptions, "/v2/publish/"+dst.url("/hook"), hdr("Origin", "https://evil.example", "Access-Control-Request-Method", "POST"), "")
+	status, header, b = h.Do(http.MethodOptions, "/v2/publish/"+dst.URL("/hook"), hdr("Origin", "https://evil.example", "Access-Control-Request-Method", "POST"), "")
 	wantForbidden(t, "foreign preflight", status, header, b)
-	status, header, b = h.do(http.MethodGet, "/v2/dlq", hdr("Origin", "null"), "")
+	status, header, b = h.Do(http.MethodGet, "/v2/dlq", hdr("Origin", "null"), "")
 	wantForbidden(t, "opaque origin", status, header, b)
-	if n := len(h.srv.Messages()); n != 0 || dst.count() != 0 {
-		t.Fatalf("refused requests left %d messages and %d deliveries", n, dst.count())
+	if n := len(h.Server.Messages()); n != 0 || dst.Count() != 0 {
+		t.Fatalf("refused requests left %d messages and %d deliveries", n, dst.Count())
 	}
 
 	// The server's own origin, and no Origin at all, are fine.
-	h.publish(dst.url("/same"), hdr("Origin", h.ts.URL), "same origin")
-	h.publish(dst.url("/none"), nil, "no origin")
-	h.waitIdle()
-	if n := dst.count(); n != 2 {
+	h.Publish(dst.URL("/same"), hdr("Origin", h.API.URL), "same origin")
+	h.Publish(dst.URL("/none"), nil, "no origin")
+	h.WaitIdle()
+	if n := dst.Count(); n != 2 {
 		t.Fatalf("%d deliveries, want 2", n)
 	}
 }
@@ -59,9 +60,9 @@ func TestCrossOriginRequestRefused(t *testing.T) {
 // CORS answers a page needs to send Authorization and read the result.
 func TestAllowedOrigin(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{AllowedOrigins: []string{"http://localhost:3000"}})
-	dst := newSink(t, nil)
-	status, header, b := h.do(http.MethodOptions, "/v2/publish/"+dst.url("/hook"), hdr(
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{AllowedOrigins: []string{"http://localhost:3000"}})
+	dst := qstashdevtest.NewSink(t, nil)
+	status, header, b := h.Do(http.MethodOptions, "/v2/publish/"+dst.URL("/hook"), hdr(
 		"Authorization", "",
 		"Origin", "http://localhost:3000",
 		"Access-Control-Request-Method", "POST",
@@ -71,11 +72,11 @@ func TestAllowedOrigin(t *testing.T) {
 		!strings.Contains(header.Get("Access-Control-Allow-Methods"), "POST") {
 		t.Fatalf("preflight: %d %v %s", status, header, b)
 	}
-	status, header, b = h.do(http.MethodPost, "/v2/publish/"+dst.url("/hook"), hdr("Origin", "http://localhost:3000"), "ok")
+	status, header, b = h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/hook"), hdr("Origin", "http://localhost:3000"), "ok")
 	if status != http.StatusOK || header.Get("Access-Control-Allow-Origin") != "http://localhost:3000" || !strings.Contains(header.Get("Vary"), "Origin") {
 		t.Fatalf("allowed origin: %d %v %s", status, header, b)
 	}
-	status, header, b = h.do(http.MethodPost, "/v2/publish/"+dst.url("/hook"), hdr("Origin", "http://localhost:3001"), "no")
+	status, header, b = h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/hook"), hdr("Origin", "http://localhost:3001"), "no")
 	wantForbidden(t, "an origin not on the list", status, header, b)
 
 	for _, bad := range [][]string{{"localhost:3000"}, {"http://localhost:3000/app"}, {"*"}, {""}} {
@@ -92,10 +93,10 @@ func TestAllowedOrigin(t *testing.T) {
 // only loopback names are answered.
 func TestRebindingHostRefusedWithPublicToken(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	_, port, _ := strings.Cut(strings.TrimPrefix(h.ts.URL, "http://"), ":")
-	get := func(srv *harness, host, origin string) (int, http.Header, []byte) {
-		req, err := http.NewRequest(http.MethodGet, srv.ts.URL+"/v2/dlq?qstash_token="+qstashdev.DefaultToken, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	_, port, _ := strings.Cut(strings.TrimPrefix(h.API.URL, "http://"), ":")
+	get := func(srv *qstashdevtest.Harness, host, origin string) (int, http.Header, []byte) {
+		req, err := http.NewRequest(http.MethodGet, srv.API.URL+"/v2/dlq?qstash_token="+qstashdev.DefaultToken, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +104,7 @@ func TestRebindingHostRefusedWithPublicToken(t *testing.T) {
 		if origin != "" {
 			req.Header.Set("Origin", origin)
 		}
-		resp, err := srv.ts.Client().Do(req)
+		resp, err := srv.API.Client().Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,11 +132,11 @@ func TestRebindingHostRefusedWithPublicToken(t *testing.T) {
 
 	// With a token of its own the server may be reached under any name:
 	// a rebinding page cannot know the token.
-	own := newHarness(t, qstashdev.Config{Token: "own"})
-	req, _ := http.NewRequest(http.MethodGet, own.ts.URL+"/v2/dlq", nil)
+	own := qstashdevtest.NewHarness(t, qstashdev.Config{Token: "own"})
+	req, _ := http.NewRequest(http.MethodGet, own.API.URL+"/v2/dlq", nil)
 	req.Host = "qstash.internal"
 	req.Header.Set("Authorization", "Bearer own")
-	resp, err := own.ts.Client().Do(req)
+	resp, err := own.API.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

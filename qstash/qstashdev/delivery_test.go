@@ -11,6 +11,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -32,13 +33,13 @@ func parseSignature(t *testing.T, sig, key string) jwt.MapClaims {
 
 func TestSignatureClaims(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
-	url := dst.url("/path/x?q=1&r=2")
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
+	url := dst.URL("/path/x?q=1&r=2")
 	body := "some body, any bytes \x00\xff"
-	h.publish(url, nil, body)
-	h.waitIdle()
-	d := dst.deliveries()[0]
+	h.Publish(url, nil, body)
+	h.WaitIdle()
+	d := dst.Deliveries()[0]
 	claims := parseSignature(t, d.Header.Get("Upstash-Signature"), qstashdev.DefaultCurrentSigningKey)
 
 	sum := sha256.Sum256([]byte(body))
@@ -74,9 +75,9 @@ func TestSignatureClaims(t *testing.T) {
 
 func TestForwardedHeaders(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
-	id := h.publish(dst.url("/h"), hdr(
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
+	id := h.Publish(dst.URL("/h"), hdr(
 		"Upstash-Forward-X-Tenant", "acme",
 		"upstash-forward-ce-id", "ev-1", // any case
 		"Upstash-Forward-Authorization", "Bearer downstream",
@@ -86,8 +87,8 @@ func TestForwardedHeaders(t *testing.T) {
 		"Upstash-Label", "lbl",
 		"Upstash-Method", "PUT",
 	), "b")
-	h.waitIdle()
-	d := dst.deliveries()[0]
+	h.WaitIdle()
+	d := dst.Deliveries()[0]
 	want := map[string]string{
 		"X-Tenant":           "acme",
 		"Ce-Id":              "ev-1",
@@ -115,21 +116,21 @@ func TestForwardedHeaders(t *testing.T) {
 
 func TestPublishPathRouting(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	// A destination whose own path has "//" and a query string, sent raw
 	// as the SDKs do, and a fully escaped one; qstash_token is ours, not
 	// the destination's.
-	raw := dst.url("/a//b/?x=1&y=%2F")
-	escaped := strings.NewReplacer(":", "%3A", "/", "%2F").Replace(dst.url("/escaped"))
-	status, _, b := h.do(http.MethodPost, "/v2/publish/"+raw+"&qstash_token="+qstashdev.DefaultToken, hdr("Authorization", ""), "1")
+	raw := dst.URL("/a//b/?x=1&y=%2F")
+	escaped := strings.NewReplacer(":", "%3A", "/", "%2F").Replace(dst.URL("/escaped"))
+	status, _, b := h.Do(http.MethodPost, "/v2/publish/"+raw+"&qstash_token="+qstashdev.DefaultToken, hdr("Authorization", ""), "1")
 	if status != http.StatusOK {
 		t.Fatalf("raw destination with token in query: %d %s", status, b)
 	}
-	h.publish(escaped, nil, "2")
-	h.waitIdle()
+	h.Publish(escaped, nil, "2")
+	h.WaitIdle()
 	paths := map[string]bool{}
-	for _, d := range dst.deliveries() {
+	for _, d := range dst.Deliveries() {
 		paths[d.Path] = true
 	}
 	if !paths["/a//b/?x=1&y=%2F"] || !paths["/escaped"] {
@@ -139,16 +140,16 @@ func TestPublishPathRouting(t *testing.T) {
 
 func TestRetriesWithScaledBackoff(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{BackoffScale: 0.001})
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{BackoffScale: 0.001})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if n < 2 {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 	})
-	id := h.publish(dst.url("/r"), hdr("Upstash-Retries", "2"), "r")
-	h.waitIdle()
+	id := h.Publish(dst.URL("/r"), hdr("Upstash-Retries", "2"), "r")
+	h.WaitIdle()
 	var retried []string
-	for _, d := range dst.deliveries() {
+	for _, d := range dst.Deliveries() {
 		retried = append(retried, d.Header.Get("Upstash-Retried"))
 		if d.Header.Get("Upstash-Message-Id") != id {
 			t.Errorf("retry changed the message id")
@@ -157,12 +158,12 @@ func TestRetriesWithScaledBackoff(t *testing.T) {
 	if strings.Join(retried, ",") != "0,1,2" {
 		t.Fatalf("Upstash-Retried %v, want 0,1,2", retried)
 	}
-	if got := strings.Join(h.states(id), ","); got != "CREATED,ACTIVE,ERROR,RETRY,ACTIVE,ERROR,RETRY,ACTIVE,DELIVERED" {
+	if got := strings.Join(h.States(id), ","); got != "CREATED,ACTIVE,ERROR,RETRY,ACTIVE,ERROR,RETRY,ACTIVE,DELIVERED" {
 		t.Fatalf("states %s", got)
 	}
 	// Retry n waits e^(2.5n) s scaled by 1/1000: 12.18ms, then 148.41ms.
 	var delays []time.Duration
-	for _, e := range h.srv.MessageEvents(id) {
+	for _, e := range h.Server.MessageEvents(id) {
 		if e.State == qstashdev.StateRetry {
 			delays = append(delays, e.NextDeliveryTime.Sub(e.Time))
 		}
@@ -173,7 +174,7 @@ func TestRetriesWithScaledBackoff(t *testing.T) {
 			t.Fatalf("retry delays %v, want %v", delays, want)
 		}
 	}
-	if len(h.srv.DLQ()) != 0 {
+	if len(h.Server.DLQ()) != 0 {
 		t.Fatal("a delivered message reached the DLQ")
 	}
 }
@@ -204,22 +205,22 @@ func TestRetryAfterHonoured(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := newFakeClock()
-			h := newHarness(t, qstashdev.Config{Clock: clock})
+			clock := qstashdevtest.NewFakeClock()
+			h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock})
 			value := tc.value
 			if value == "" {
 				value = clock.Now().Add(tc.want).UTC().Format(http.TimeFormat)
 			}
-			dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+			dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 				if n == 0 {
 					w.Header().Set("Retry-After", value)
 					w.WriteHeader(http.StatusTooManyRequests)
 				}
 			})
-			id := h.publish(dst.url("/ra"), nil, "x")
+			id := h.Publish(dst.URL("/ra"), nil, "x")
 			var retry qstashdev.Event
-			h.waitFor("RETRY event", func() bool {
-				for _, e := range h.srv.MessageEvents(id) {
+			h.WaitFor("RETRY event", func() bool {
+				for _, e := range h.Server.MessageEvents(id) {
 					if e.State == qstashdev.StateRetry {
 						retry = e
 						return true
@@ -234,13 +235,13 @@ func TestRetryAfterHonoured(t *testing.T) {
 			if got := retry.NextDeliveryTime.Sub(retry.Time); got != want {
 				t.Fatalf("retry due after %v, want %v", got, want)
 			}
-			clock.waitTimer(t, retry.NextDeliveryTime)
-			if dst.count() != 1 {
+			clock.WaitTimer(t, retry.NextDeliveryTime)
+			if dst.Count() != 1 {
 				t.Fatalf("retried before its time")
 			}
 			clock.Advance(want)
-			h.waitIdle()
-			if n := dst.count(); n != 2 {
+			h.WaitIdle()
+			if n := dst.Count(); n != 2 {
 				t.Fatalf("deliveries %d, want 2", n)
 			}
 		})
@@ -249,14 +250,14 @@ func TestRetryAfterHonoured(t *testing.T) {
 
 func TestRetryDelayExpression(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock, BackoffScale: 1})
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) })
-	id := h.publish(dst.url("/x"), hdr("Upstash-Retries", "2", "Upstash-Retry-Delay", "1000 * pow(2, retried) + max(0, 5 - 10)"), "x")
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock, BackoffScale: 1})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) { w.WriteHeader(500) })
+	id := h.Publish(dst.URL("/x"), hdr("Upstash-Retries", "2", "Upstash-Retry-Delay", "1000 * pow(2, retried) + max(0, 5 - 10)"), "x")
 	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
 		var next time.Time
-		h.waitFor("retry "+strconv.Itoa(i+1), func() bool {
-			m, ok := h.srv.Message(id)
+		h.WaitFor("retry "+strconv.Itoa(i+1), func() bool {
+			m, ok := h.Server.Message(id)
 			if ok && m.State == qstashdev.StateRetry && m.Retried == i+1 && !m.NextDeliveryTime.IsZero() {
 				next = m.NextDeliveryTime
 				return true
@@ -266,43 +267,43 @@ func TestRetryDelayExpression(t *testing.T) {
 		if got := next.Sub(clock.Now()); got != want {
 			t.Fatalf("retry %d due in %v, want %v", i+1, got, want)
 		}
-		clock.waitTimer(t, next)
+		clock.WaitTimer(t, next)
 		clock.Advance(want)
 	}
-	h.waitIdle()
-	if n := dst.count(); n != 3 {
+	h.WaitIdle()
+	if n := dst.Count(); n != 3 {
 		t.Fatalf("attempts %d, want 3", n)
 	}
-	if dlq := h.srv.DLQ(); len(dlq) != 1 || dlq[0].Message.ID != id || dlq[0].Message.Retried != 2 {
+	if dlq := h.Server.DLQ(); len(dlq) != 1 || dlq[0].Message.ID != id || dlq[0].Message.Retried != 2 {
 		t.Fatalf("DLQ %+v", dlq)
 	}
 }
 
 func TestNonRetryable489(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{BackoffScale: 0.001})
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{BackoffScale: 0.001})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if r.URL.Path == "/final" {
 			w.Header().Set("Upstash-NonRetryable-Error", "true")
 		}
 		w.WriteHeader(489)
 		w.Write([]byte("invalid event"))
 	})
-	final := h.publish(dst.url("/final"), hdr("Upstash-Retries", "5"), "x")
+	final := h.Publish(dst.URL("/final"), hdr("Upstash-Retries", "5"), "x")
 	// 489 without the header is an ordinary failure and is retried.
-	plain := h.publish(dst.url("/plain"), hdr("Upstash-Retries", "1"), "y")
-	h.waitIdle()
+	plain := h.Publish(dst.URL("/plain"), hdr("Upstash-Retries", "1"), "y")
+	h.WaitIdle()
 	per := map[string]int{}
-	for _, d := range dst.deliveries() {
+	for _, d := range dst.Deliveries() {
 		per[d.Path]++
 	}
 	if per["/final"] != 1 || per["/plain"] != 2 {
 		t.Fatalf("attempts per path %v, want /final 1 and /plain 2", per)
 	}
-	if got := strings.Join(h.states(final), ","); got != "CREATED,ACTIVE,ERROR,FAILED" {
+	if got := strings.Join(h.States(final), ","); got != "CREATED,ACTIVE,ERROR,FAILED" {
 		t.Fatalf("states %s", got)
 	}
-	dlq := h.srv.DLQ()
+	dlq := h.Server.DLQ()
 	if len(dlq) != 2 {
 		t.Fatalf("DLQ has %d entries, want 2", len(dlq))
 	}
@@ -320,19 +321,19 @@ func TestNonRetryable489(t *testing.T) {
 
 func TestDLQRetry(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if n == 0 {
 			w.WriteHeader(http.StatusBadGateway)
 		}
 	})
-	first := h.publish(dst.url("/d"), hdr("Upstash-Retries", "0", "Upstash-Forward-X-K", "v"), "payload")
-	h.waitIdle()
-	dlq := h.srv.DLQ()
+	first := h.Publish(dst.URL("/d"), hdr("Upstash-Retries", "0", "Upstash-Forward-X-K", "v"), "payload")
+	h.WaitIdle()
+	dlq := h.Server.DLQ()
 	if len(dlq) != 1 || dlq[0].ResponseStatus != http.StatusBadGateway {
 		t.Fatalf("DLQ %+v", dlq)
 	}
-	status, _, b := h.do(http.MethodPost, "/v2/dlq/retry/"+dlq[0].DLQID, nil, "")
+	status, _, b := h.Do(http.MethodPost, "/v2/dlq/retry/"+dlq[0].DLQID, nil, "")
 	if status != http.StatusCreated {
 		t.Fatalf("retry: %d %s", status, b)
 	}
@@ -343,53 +344,53 @@ func TestDLQRetry(t *testing.T) {
 	if res.MessageID == "" || res.MessageID == first {
 		t.Fatalf("retry answered messageId %q (first was %q)", res.MessageID, first)
 	}
-	h.waitIdle()
-	got := dst.deliveries()
+	h.WaitIdle()
+	got := dst.Deliveries()
 	if len(got) != 2 || string(got[1].Body) != "payload" || got[1].Header.Get("X-K") != "v" || got[1].Header.Get("Upstash-Message-Id") != res.MessageID {
 		t.Fatalf("redelivery %+v", got)
 	}
-	if len(h.srv.DLQ()) != 0 {
+	if len(h.Server.DLQ()) != 0 {
 		t.Fatal("retried entry still in the DLQ")
 	}
-	if status, _, _ := h.do(http.MethodPost, "/v2/dlq/retry/"+dlq[0].DLQID, nil, ""); status != http.StatusNotFound {
+	if status, _, _ := h.Do(http.MethodPost, "/v2/dlq/retry/"+dlq[0].DLQID, nil, ""); status != http.StatusNotFound {
 		t.Fatalf("second retry of the same entry: %d, want 404", status)
 	}
 }
 
 func TestRedirectNotFollowed(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if r.URL.Path == "/moved" {
 			http.Redirect(w, r, "/target", http.StatusFound)
 		}
 	})
-	h.publish(dst.url("/moved"), hdr("Upstash-Retries", "0"), "x")
-	h.waitIdle()
-	for _, d := range dst.deliveries() {
+	h.Publish(dst.URL("/moved"), hdr("Upstash-Retries", "0"), "x")
+	h.WaitIdle()
+	for _, d := range dst.Deliveries() {
 		if d.Path == "/target" {
 			t.Fatal("redirect was followed")
 		}
 	}
-	if dlq := h.srv.DLQ(); len(dlq) != 1 || dlq[0].ResponseStatus != http.StatusFound {
+	if dlq := h.Server.DLQ(); len(dlq) != 1 || dlq[0].ResponseStatus != http.StatusFound {
 		t.Fatalf("a 302 must fail the attempt: DLQ %+v", dlq)
 	}
 }
 
 func TestAttemptTimeout(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
 	release := make(chan struct{})
 	defer close(release)
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		select {
 		case <-r.Context().Done():
 		case <-release:
 		}
 	})
-	id := h.publish(dst.url("/slow"), hdr("Upstash-Timeout", "50ms", "Upstash-Retries", "0"), "x")
-	h.waitIdle()
-	dlq := h.srv.DLQ()
+	id := h.Publish(dst.URL("/slow"), hdr("Upstash-Timeout", "50ms", "Upstash-Retries", "0"), "x")
+	h.WaitIdle()
+	dlq := h.Server.DLQ()
 	if len(dlq) != 1 || dlq[0].Message.ID != id || dlq[0].ResponseStatus != 0 || !strings.Contains(dlq[0].Error, "timeout") {
 		t.Fatalf("DLQ %+v", dlq)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -21,17 +22,17 @@ type publishAnswer struct {
 
 func TestDeduplicationByID(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock})
-	dst := newSink(t, nil)
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock})
+	dst := qstashdevtest.NewSink(t, nil)
 	pub := func(url, dedupID string) (int, publishAnswer) {
-		status, _, b := h.do(http.MethodPost, "/v2/publish/"+url, hdr("Upstash-Deduplication-Id", dedupID), "body")
+		status, _, b := h.Do(http.MethodPost, "/v2/publish/"+url, hdr("Upstash-Deduplication-Id", dedupID), "body")
 		var a publishAnswer
 		mustJSON(t, b, &a)
 		return status, a
 	}
-	s1, first := pub(dst.url("/a"), "ev-1")
-	s2, dup := pub(dst.url("/a"), "ev-1")
+	s1, first := pub(dst.URL("/a"), "ev-1")
+	s2, dup := pub(dst.URL("/a"), "ev-1")
 	if s1 != http.StatusOK || first.Deduplicated {
 		t.Fatalf("first publish: %d %+v", s1, first)
 	}
@@ -39,31 +40,31 @@ func TestDeduplicationByID(t *testing.T) {
 		t.Fatalf("duplicate: %d %+v, want 202 deduplicated with %s", s2, dup, first.MessageID)
 	}
 	// The same id for another destination is another message.
-	if s, other := pub(dst.url("/b"), "ev-1"); s != http.StatusOK || other.Deduplicated {
+	if s, other := pub(dst.URL("/b"), "ev-1"); s != http.StatusOK || other.Deduplicated {
 		t.Fatalf("same id, other destination: %d %+v", s, other)
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	// Still deduplicated after delivery, within the window...
-	if s, again := pub(dst.url("/a"), "ev-1"); s != http.StatusAccepted || again.MessageID != first.MessageID {
+	if s, again := pub(dst.URL("/a"), "ev-1"); s != http.StatusAccepted || again.MessageID != first.MessageID {
 		t.Fatalf("after delivery: %d %+v", s, again)
 	}
 	// ...and not after it.
 	clock.Advance(10 * time.Minute)
-	if s, later := pub(dst.url("/a"), "ev-1"); s != http.StatusOK || later.Deduplicated || later.MessageID == first.MessageID {
+	if s, later := pub(dst.URL("/a"), "ev-1"); s != http.StatusOK || later.Deduplicated || later.MessageID == first.MessageID {
 		t.Fatalf("after the 10-minute window: %d %+v", s, later)
 	}
-	h.waitIdle()
-	if n := dst.count(); n != 3 {
+	h.WaitIdle()
+	if n := dst.Count(); n != 3 {
 		t.Fatalf("deliveries %d, want 3", n)
 	}
 }
 
 func TestDeduplicationByContent(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	pub := func(body, ct string) (int, publishAnswer) {
-		status, _, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/c"),
+		status, _, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/c"),
 			hdr("Upstash-Content-Based-Deduplication", "true", "Content-Type", ct, "Upstash-Forward-X-A", "1"), body)
 		var a publishAnswer
 		mustJSON(t, b, &a)
@@ -80,8 +81,8 @@ func TestDeduplicationByContent(t *testing.T) {
 	if s, a := pub("same", "application/json"); s != http.StatusOK || a.Deduplicated {
 		t.Fatalf("other content type deduplicated: %d %+v", s, a)
 	}
-	h.waitIdle()
-	if n := dst.count(); n != 3 {
+	h.WaitIdle()
+	if n := dst.Count(); n != 3 {
 		t.Fatalf("deliveries %d, want 3", n)
 	}
 }
@@ -103,9 +104,9 @@ type callbackPayload struct {
 
 func TestCallbacks(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{BackoffScale: 0.001})
-	cb := newSink(t, nil)
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{BackoffScale: 0.001})
+	cb := qstashdevtest.NewSink(t, nil)
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if r.URL.Path == "/fails" {
 			w.WriteHeader(http.StatusInternalServerError)
 			w.Write([]byte("nope"))
@@ -113,22 +114,22 @@ func TestCallbacks(t *testing.T) {
 		}
 		w.Write([]byte("done"))
 	})
-	ok := h.publish(dst.url("/ok"), hdr("Upstash-Callback", cb.url("/cb"), "Upstash-Callback-Forward-X-Cb", "yes"), "in")
-	failed := h.publish(dst.url("/fails"), hdr(
+	ok := h.Publish(dst.URL("/ok"), hdr("Upstash-Callback", cb.URL("/cb"), "Upstash-Callback-Forward-X-Cb", "yes"), "in")
+	failed := h.Publish(dst.URL("/fails"), hdr(
 		"Upstash-Retries", "1",
-		"Upstash-Callback", cb.url("/cb"),
-		"Upstash-Failure-Callback", cb.url("/failure"),
+		"Upstash-Callback", cb.URL("/cb"),
+		"Upstash-Failure-Callback", cb.URL("/failure"),
 		"Upstash-Forward-X-Src", "s",
 	), "source body")
-	h.waitIdle()
+	h.WaitIdle()
 
 	var calls, failures []callbackPayload
-	for _, d := range cb.deliveries() {
+	for _, d := range cb.Deliveries() {
 		var p callbackPayload
 		mustJSON(t, d.Body, &p)
 		claims := parseSignature(t, d.Header.Get("Upstash-Signature"), qstashdev.DefaultCurrentSigningKey)
-		if claims["sub"] != cb.url(d.Path) {
-			t.Errorf("callback signed for %v, delivered to %s", claims["sub"], cb.url(d.Path))
+		if claims["sub"] != cb.URL(d.Path) {
+			t.Errorf("callback signed for %v, delivered to %s", claims["sub"], cb.URL(d.Path))
 		}
 		if d.Header.Get("Content-Type") != "application/json" {
 			t.Errorf("callback content type %q", d.Header.Get("Content-Type"))
@@ -152,7 +153,7 @@ func TestCallbacks(t *testing.T) {
 		perSource[c.SourceMessageID] = append(perSource[c.SourceMessageID], c)
 	}
 	okCB := perSource[ok]
-	if len(okCB) != 1 || okCB[0].Status != 200 || b64(okCB[0].Body) != "done" || b64(okCB[0].SourceBody) != "in" || okCB[0].URL != dst.url("/ok") {
+	if len(okCB) != 1 || okCB[0].Status != 200 || b64(okCB[0].Body) != "done" || b64(okCB[0].SourceBody) != "in" || okCB[0].URL != dst.URL("/ok") {
 		t.Fatalf("success callback %+v", okCB)
 	}
 	failCB := perSource[failed]
@@ -160,7 +161,7 @@ func TestCallbacks(t *testing.T) {
 		failCB[0].Retried+failCB[1].Retried != 1 || failCB[0].Method != "POST" || failCB[0].SourceHeader["X-Src"][0] != "s" {
 		t.Fatalf("callbacks of the failing message %+v", failCB)
 	}
-	dlq := h.srv.DLQ()
+	dlq := h.Server.DLQ()
 	if len(failures) != 1 || len(dlq) != 1 {
 		t.Fatalf("failure callbacks %d and DLQ entries %d, want 1 and 1", len(failures), len(dlq))
 	}
@@ -212,7 +213,7 @@ func (g *gate) next(t *testing.T) string {
 	select {
 	case p := <-g.arrived:
 		return p
-	case <-time.After(waitTimeout):
+	case <-time.After(qstashdevtest.WaitTimeout):
 		t.Fatal("no delivery arrived")
 		return ""
 	}
@@ -220,17 +221,17 @@ func (g *gate) next(t *testing.T) string {
 
 func TestFlowControlParallelism(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{Concurrency: 8})
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Concurrency: 8})
 	g := newGate()
-	dstA, dstB := newSink(t, g.handle), newSink(t, g.handle)
+	dstA, dstB := qstashdevtest.NewSink(t, g.handle), qstashdevtest.NewSink(t, g.handle)
 	const n = 12
 	for i := range n {
 		// The key limits across URLs.
-		url := dstA.url("/a")
+		url := dstA.URL("/a")
 		if i%2 == 1 {
-			url = dstB.url("/b")
+			url = dstB.URL("/b")
 		}
-		h.publish(url, hdr("Upstash-Flow-Control-Key", "tenant-1", "Upstash-Flow-Control-Value", "parallelism=2"), "x")
+		h.Publish(url, hdr("Upstash-Flow-Control-Key", "tenant-1", "Upstash-Flow-Control-Value", "parallelism=2"), "x")
 	}
 	// Two start; after that each release lets exactly one more start. With
 	// 8 workers and no limit, all 8 would be in flight at once.
@@ -243,47 +244,47 @@ func TestFlowControlParallelism(t *testing.T) {
 	for range 2 {
 		g.release <- struct{}{}
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	if got := g.maxSeen.Load(); got != 2 {
 		t.Fatalf("at most %d deliveries in flight, want 2", got)
 	}
-	if got := dstA.count() + dstB.count(); got != n {
+	if got := dstA.Count() + dstB.Count(); got != n {
 		t.Fatalf("deliveries %d, want %d", got, n)
 	}
 }
 
 func TestFlowControlRate(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock})
-	dst := newSink(t, nil)
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock})
+	dst := qstashdevtest.NewSink(t, nil)
 	start := clock.Now()
 	for range 5 {
-		h.publish(dst.url("/r"), hdr("Upstash-Flow-Control-Key", "k", "Upstash-Flow-Control-Value", "rate=2, period=1m"), "x")
+		h.Publish(dst.URL("/r"), hdr("Upstash-Flow-Control-Key", "k", "Upstash-Flow-Control-Value", "rate=2, period=1m"), "x")
 	}
 	// Two per minute: 2 now, 2 after one minute, 1 after two.
 	for i, want := range []int{2, 4, 5} {
-		h.waitFor(strconv.Itoa(want)+" deliveries", func() bool { return dst.count() >= want })
+		h.WaitFor(strconv.Itoa(want)+" deliveries", func() bool { return dst.Count() >= want })
 		if i < 2 {
 			next := start.Add(time.Duration(i+1) * time.Minute)
-			clock.waitTimer(t, next)
-			if got := dst.count(); got != want {
+			clock.WaitTimer(t, next)
+			if got := dst.Count(); got != want {
 				t.Fatalf("deliveries before %v: %d, want %d", next.Sub(start), got, want)
 			}
 			clock.Advance(time.Minute)
 		}
 	}
-	h.waitIdle()
-	if n := dst.count(); n != 5 {
+	h.WaitIdle()
+	if n := dst.Count(); n != 5 {
 		t.Fatalf("deliveries %d, want 5", n)
 	}
 }
 
 func TestQueueFIFO(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{BackoffScale: 0.001, Concurrency: 8})
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{BackoffScale: 0.001, Concurrency: 8})
 	var inflight, maxSeen atomic.Int32
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		cur := inflight.Add(1)
 		defer inflight.Add(-1)
 		if cur > maxSeen.Load() {
@@ -295,14 +296,14 @@ func TestQueueFIFO(t *testing.T) {
 		}
 	})
 	for i := range 10 {
-		status, _, b := h.do(http.MethodPost, "/v2/enqueue/ordered/"+dst.url("/q"), nil, strconv.Itoa(i))
+		status, _, b := h.Do(http.MethodPost, "/v2/enqueue/ordered/"+dst.URL("/q"), nil, strconv.Itoa(i))
 		if status != http.StatusOK {
 			t.Fatalf("enqueue: %d %s", status, b)
 		}
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	var order []string
-	for _, d := range dst.deliveries() {
+	for _, d := range dst.Deliveries() {
 		order = append(order, string(d.Body))
 	}
 	if got := strings.Join(order, ","); got != "0,0,1,2,3,4,5,6,7,8,9" {
@@ -311,21 +312,21 @@ func TestQueueFIFO(t *testing.T) {
 	if maxSeen.Load() != 1 {
 		t.Fatalf("queue with parallelism 1 had %d deliveries in flight", maxSeen.Load())
 	}
-	if qs := h.srv.Queues(); len(qs) != 1 || qs[0].Name != "ordered" || qs[0].Parallelism != 1 || qs[0].Lag != 0 {
+	if qs := h.Server.Queues(); len(qs) != 1 || qs[0].Name != "ordered" || qs[0].Parallelism != 1 || qs[0].Lag != 0 {
 		t.Fatalf("queues %+v", qs)
 	}
 }
 
 func TestQueueParallelism(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{Concurrency: 8})
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Concurrency: 8})
 	g := newGate()
-	dst := newSink(t, g.handle)
-	if status, _, b := h.do(http.MethodPost, "/v2/queues", nil, `{"queueName":"wide","parallelism":3}`); status != http.StatusOK {
+	dst := qstashdevtest.NewSink(t, g.handle)
+	if status, _, b := h.Do(http.MethodPost, "/v2/queues", nil, `{"queueName":"wide","parallelism":3}`); status != http.StatusOK {
 		t.Fatalf("upsert queue: %d %s", status, b)
 	}
 	for i := range 9 {
-		if status, _, b := h.do(http.MethodPost, "/v2/enqueue/wide/"+dst.url("/w"), nil, strconv.Itoa(i)); status != http.StatusOK {
+		if status, _, b := h.Do(http.MethodPost, "/v2/enqueue/wide/"+dst.URL("/w"), nil, strconv.Itoa(i)); status != http.StatusOK {
 			t.Fatalf("enqueue: %d %s", status, b)
 		}
 	}
@@ -339,7 +340,7 @@ func TestQueueParallelism(t *testing.T) {
 	for range 3 {
 		g.release <- struct{}{}
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	if got := g.maxSeen.Load(); got != 3 {
 		t.Fatalf("at most %d in flight, want the queue's parallelism 3", got)
 	}
@@ -347,39 +348,39 @@ func TestQueueParallelism(t *testing.T) {
 
 func TestDelayAndNotBefore(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock})
-	dst := newSink(t, nil)
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock})
+	dst := qstashdevtest.NewSink(t, nil)
 	start := clock.Now()
-	delayed := h.publish(dst.url("/delayed"), hdr("Upstash-Delay", "1d10h30m"), "d")
+	delayed := h.Publish(dst.URL("/delayed"), hdr("Upstash-Delay", "1d10h30m"), "d")
 	// Not-Before wins over Delay.
 	nb := start.Add(time.Hour)
-	notBefore := h.publish(dst.url("/nb"), hdr("Upstash-Delay", "10s", "Upstash-Not-Before", strconv.FormatInt(nb.Unix(), 10)), "n")
+	notBefore := h.Publish(dst.URL("/nb"), hdr("Upstash-Delay", "10s", "Upstash-Not-Before", strconv.FormatInt(nb.Unix(), 10)), "n")
 
-	m, _ := h.srv.Message(notBefore)
+	m, _ := h.Server.Message(notBefore)
 	if !m.NextDeliveryTime.Equal(nb) {
 		t.Fatalf("not-before message due %v, want %v", m.NextDeliveryTime, nb)
 	}
-	clock.waitTimer(t, nb)
-	if dst.count() != 0 {
+	clock.WaitTimer(t, nb)
+	if dst.Count() != 0 {
 		t.Fatal("delivered before its time")
 	}
 	clock.Advance(time.Hour)
-	h.waitFor("not-before delivery", func() bool { return dst.count() == 1 })
+	h.WaitFor("not-before delivery", func() bool { return dst.Count() == 1 })
 
 	due := start.Add(34*time.Hour + 30*time.Minute)
-	if m, _ := h.srv.Message(delayed); !m.NextDeliveryTime.Equal(due) {
+	if m, _ := h.Server.Message(delayed); !m.NextDeliveryTime.Equal(due) {
 		t.Fatalf("delayed message due %v, want %v", m.NextDeliveryTime, due)
 	}
-	clock.waitTimer(t, due)
+	clock.WaitTimer(t, due)
 	clock.Advance(due.Sub(clock.Now()) - time.Second)
-	clock.waitTimer(t, due)
-	if dst.count() != 1 {
+	clock.WaitTimer(t, due)
+	if dst.Count() != 1 {
 		t.Fatal("delayed message delivered early")
 	}
 	clock.Advance(time.Second)
-	h.waitIdle()
-	got := dst.deliveries()
+	h.WaitIdle()
+	got := dst.Deliveries()
 	if len(got) != 2 || got[0].Path != "/nb" || got[1].Path != "/delayed" {
 		t.Fatalf("deliveries %+v", got)
 	}
@@ -387,10 +388,10 @@ func TestDelayAndNotBefore(t *testing.T) {
 
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock})
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock})
 	g := newGate()
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		if r.URL.Path == "/inflight" {
 			g.handle(w, r, n)
 			w.WriteHeader(http.StatusInternalServerError)
@@ -398,52 +399,52 @@ func TestCancel(t *testing.T) {
 	})
 
 	// A waiting message is cancelled at once.
-	waiting := h.publish(dst.url("/later"), hdr("Upstash-Delay", "1m"), "x")
-	if status, _, b := h.do(http.MethodDelete, "/v2/messages/"+waiting, nil, ""); status != http.StatusAccepted {
+	waiting := h.Publish(dst.URL("/later"), hdr("Upstash-Delay", "1m"), "x")
+	if status, _, b := h.Do(http.MethodDelete, "/v2/messages/"+waiting, nil, ""); status != http.StatusAccepted {
 		t.Fatalf("cancel: %d %s", status, b)
 	}
-	if status, _, _ := h.do(http.MethodGet, "/v2/messages/"+waiting, nil, ""); status != http.StatusNotFound {
+	if status, _, _ := h.Do(http.MethodGet, "/v2/messages/"+waiting, nil, ""); status != http.StatusNotFound {
 		t.Fatalf("GET cancelled message: %d, want 404", status)
 	}
-	if got := strings.Join(h.states(waiting), ","); got != "CREATED,CANCEL_REQUESTED,CANCELLED" {
+	if got := strings.Join(h.States(waiting), ","); got != "CREATED,CANCEL_REQUESTED,CANCELLED" {
 		t.Fatalf("states %s", got)
 	}
 
 	// A message in flight finishes its attempt, then is not retried.
-	inflight := h.publish(dst.url("/inflight"), hdr("Upstash-Retries", "3"), "y")
+	inflight := h.Publish(dst.URL("/inflight"), hdr("Upstash-Retries", "3"), "y")
 	g.next(t)
-	if status, _, b := h.do(http.MethodDelete, "/v2/messages/"+inflight, nil, ""); status != http.StatusAccepted {
+	if status, _, b := h.Do(http.MethodDelete, "/v2/messages/"+inflight, nil, ""); status != http.StatusAccepted {
 		t.Fatalf("cancel in flight: %d %s", status, b)
 	}
-	if m, ok := h.srv.Message(inflight); !ok || m.State != qstashdev.StateCancelRequested {
+	if m, ok := h.Server.Message(inflight); !ok || m.State != qstashdev.StateCancelRequested {
 		t.Fatalf("in-flight message after cancel: %+v %v", m, ok)
 	}
 	g.release <- struct{}{}
-	h.waitIdle()
-	if got := strings.Join(h.states(inflight), ","); got != "CREATED,ACTIVE,CANCEL_REQUESTED,ERROR,CANCELLED" {
+	h.WaitIdle()
+	if got := strings.Join(h.States(inflight), ","); got != "CREATED,ACTIVE,CANCEL_REQUESTED,ERROR,CANCELLED" {
 		t.Fatalf("states %s", got)
 	}
 	clock.Advance(time.Hour)
-	if n := dst.count(); n != 1 {
+	if n := dst.Count(); n != 1 {
 		t.Fatalf("deliveries %d, want only the one in flight", n)
 	}
-	if len(h.srv.DLQ()) != 0 {
+	if len(h.Server.DLQ()) != 0 {
 		t.Fatal("cancelled message went to the DLQ")
 	}
-	if status, _, _ := h.do(http.MethodDelete, "/v2/messages/msg_unknown", nil, ""); status != http.StatusNotFound {
+	if status, _, _ := h.Do(http.MethodDelete, "/v2/messages/msg_unknown", nil, ""); status != http.StatusNotFound {
 		t.Fatalf("cancel unknown: %d, want 404", status)
 	}
 }
 
 func TestKeyRotation(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{CurrentSigningKey: "sig_current", NextSigningKey: "sig_next"})
-	dst := newSink(t, nil)
-	h.publish(dst.url("/k"), nil, "1")
-	h.waitIdle()
-	parseSignature(t, dst.deliveries()[0].Header.Get("Upstash-Signature"), "sig_current")
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{CurrentSigningKey: "sig_current", NextSigningKey: "sig_next"})
+	dst := qstashdevtest.NewSink(t, nil)
+	h.Publish(dst.URL("/k"), nil, "1")
+	h.WaitIdle()
+	parseSignature(t, dst.Deliveries()[0].Header.Get("Upstash-Signature"), "sig_current")
 
-	status, _, b := h.do(http.MethodPost, "/v2/keys/rotate", nil, "")
+	status, _, b := h.Do(http.MethodPost, "/v2/keys/rotate", nil, "")
 	if status != http.StatusOK {
 		t.Fatalf("rotate: %d %s", status, b)
 	}
@@ -452,9 +453,9 @@ func TestKeyRotation(t *testing.T) {
 	if keys.Current != "sig_next" || keys.Next == "sig_next" || keys.Next == "sig_current" || !strings.HasPrefix(keys.Next, "sig_") {
 		t.Fatalf("rotated keys %+v", keys)
 	}
-	h.publish(dst.url("/k"), nil, "2")
-	h.waitIdle()
-	sig := dst.deliveries()[1].Header.Get("Upstash-Signature")
+	h.Publish(dst.URL("/k"), nil, "2")
+	h.WaitIdle()
+	sig := dst.Deliveries()[1].Header.Get("Upstash-Signature")
 	parseSignature(t, sig, "sig_next")
 	if _, err := jwtParse(sig, "sig_current"); err == nil {
 		t.Fatal("after rotation a delivery still verifies with the old current key")
@@ -463,7 +464,7 @@ func TestKeyRotation(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{Token: "secret"})
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Token: "secret"})
 	cases := []struct {
 		name   string
 		path   string
@@ -478,7 +479,7 @@ func TestAuth(t *testing.T) {
 		{"wrong query token", "/v2/keys?qstash_token=nope", hdr("Authorization", ""), http.StatusUnauthorized},
 	}
 	for _, tc := range cases {
-		status, header, b := h.do(http.MethodGet, tc.path, tc.header, "")
+		status, header, b := h.Do(http.MethodGet, tc.path, tc.header, "")
 		if status != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, status, tc.want)
 		}
@@ -495,32 +496,32 @@ func TestAuth(t *testing.T) {
 
 func TestBodyTooLarge(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{MaxBodyBytes: 1024})
-	dst := newSink(t, nil)
-	status, _, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/big"), nil, strings.Repeat("x", 1025))
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{MaxBodyBytes: 1024})
+	dst := qstashdevtest.NewSink(t, nil)
+	status, _, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/big"), nil, strings.Repeat("x", 1025))
 	if status != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"error"`) {
 		t.Fatalf("1025 bytes: %d %s, want 413 with a JSON error", status, b)
 	}
-	h.publish(dst.url("/fits"), nil, strings.Repeat("x", 1024))
-	h.waitIdle()
-	if got := dst.deliveries(); len(got) != 1 || got[0].Path != "/fits" {
+	h.Publish(dst.URL("/fits"), nil, strings.Repeat("x", 1024))
+	h.WaitIdle()
+	if got := dst.Deliveries(); len(got) != 1 || got[0].Path != "/fits" {
 		t.Fatalf("deliveries %+v", got)
 	}
 }
 
 func TestBatchWithBadElement(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{MaxBodyBytes: 16})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{MaxBodyBytes: 16})
+	dst := qstashdevtest.NewSink(t, nil)
 	batch := `[
-		{"destination":"` + dst.url("/1") + `","headers":{"Upstash-Forward-X-I":"1"},"body":"one","queue":""},
+		{"destination":"` + dst.URL("/1") + `","headers":{"Upstash-Forward-X-I":"1"},"body":"one","queue":""},
 		{"destination":"ftp://nope","body":"bad"},
-		{"destination":"` + dst.url("/3") + `","headers":{"Upstash-Retries":"many"},"body":"bad header"},
+		{"destination":"` + dst.URL("/3") + `","headers":{"Upstash-Retries":"many"},"body":"bad header"},
 		{"destination":"no-such-group","body":"unknown group"},
-		{"destination":"` + dst.url("/5") + `","body":"` + strings.Repeat("x", 17) + `"},
-		{"destination":"` + dst.url("/6") + `","body":"six"}
+		{"destination":"` + dst.URL("/5") + `","body":"` + strings.Repeat("x", 17) + `"},
+		{"destination":"` + dst.URL("/6") + `","body":"six"}
 	]`
-	status, _, b := h.do(http.MethodPost, "/v2/batch", hdr("Content-Type", "application/json"), batch)
+	status, _, b := h.Do(http.MethodPost, "/v2/batch", hdr("Content-Type", "application/json"), batch)
 	if status != http.StatusOK {
 		t.Fatalf("batch: %d %s", status, b)
 	}
@@ -538,12 +539,12 @@ func TestBatchWithBadElement(t *testing.T) {
 			t.Errorf("element %d: %+v (bad: %v)", i, r, bad)
 		}
 	}
-	h.waitIdle()
-	got := dst.deliveries()
+	h.WaitIdle()
+	got := dst.Deliveries()
 	if len(got) != 2 || got[0].Header.Get("X-I")+got[1].Header.Get("X-I") != "1" {
 		t.Fatalf("deliveries %+v", got)
 	}
-	if status, _, _ := h.do(http.MethodPost, "/v2/batch", nil, `{"not":"an array"}`); status != http.StatusBadRequest {
+	if status, _, _ := h.Do(http.MethodPost, "/v2/batch", nil, `{"not":"an array"}`); status != http.StatusBadRequest {
 		t.Fatalf("malformed batch: %d, want 400", status)
 	}
 }
@@ -552,22 +553,22 @@ func TestRejectHook(t *testing.T) {
 	t.Parallel()
 	reset := time.Unix(1_900_000_000, 0)
 	var rejectNext atomic.Bool
-	h := newHarness(t, qstashdev.Config{Reject: func(r *http.Request) *qstashdev.Rejection {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Reject: func(r *http.Request) *qstashdev.Rejection {
 		if strings.HasPrefix(r.URL.Path, "/v2/publish/") && rejectNext.CompareAndSwap(true, false) {
 			return qstashdev.BurstRateLimited(100, reset)
 		}
 		return nil
 	}})
-	dst := newSink(t, nil)
+	dst := qstashdevtest.NewSink(t, nil)
 	rejectNext.Store(true)
-	status, header, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/x"), nil, "x")
+	status, header, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/x"), nil, "x")
 	if status != http.StatusTooManyRequests || header.Get("Burst-RateLimit-Reset") != "1900000000" ||
 		header.Get("Burst-RateLimit-Remaining") != "0" || !strings.Contains(string(b), `"error"`) {
 		t.Fatalf("rejected publish: %d %v %s", status, header, b)
 	}
-	h.publish(dst.url("/x"), nil, "x") // the next one goes through
-	h.waitIdle()
-	if dst.count() != 1 {
+	h.Publish(dst.URL("/x"), nil, "x") // the next one goes through
+	h.WaitIdle()
+	if dst.Count() != 1 {
 		t.Fatal("the rejected publish was delivered, or the accepted one was not")
 	}
 	if r := qstashdev.RateLimited(500, reset); r.Header.Get("RateLimit-Limit") != "500" || r.Header.Get("RateLimit-Reset") != "1900000000" {
@@ -577,28 +578,28 @@ func TestRejectHook(t *testing.T) {
 
 func TestEnqueueToURLGroupAndUnknownGroup(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	a := newSink(t, nil)
-	if status, _, b := h.do(http.MethodPost, "/v2/topics/g/endpoints", nil, `{"endpoints":[{"url":"`+a.url("/1")+`"},{"url":"`+a.url("/2")+`"}]}`); status != http.StatusOK {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	a := qstashdevtest.NewSink(t, nil)
+	if status, _, b := h.Do(http.MethodPost, "/v2/topics/g/endpoints", nil, `{"endpoints":[{"url":"`+a.URL("/1")+`"},{"url":"`+a.URL("/2")+`"}]}`); status != http.StatusOK {
 		t.Fatalf("upsert endpoints: %d %s", status, b)
 	}
-	status, _, b := h.do(http.MethodPost, "/v2/enqueue/gq/g", nil, "x")
+	status, _, b := h.Do(http.MethodPost, "/v2/enqueue/gq/g", nil, "x")
 	var res []struct {
 		MessageID string `json:"messageId"`
 		URL       string `json:"url"`
 	}
 	mustJSON(t, b, &res)
-	if status != http.StatusOK || len(res) != 2 || res[0].URL != a.url("/1") {
+	if status != http.StatusOK || len(res) != 2 || res[0].URL != a.URL("/1") {
 		t.Fatalf("enqueue to group: %d %s", status, b)
 	}
-	h.waitIdle()
-	if a.count() != 2 {
-		t.Fatalf("deliveries %d, want 2", a.count())
+	h.WaitIdle()
+	if a.Count() != 2 {
+		t.Fatalf("deliveries %d, want 2", a.Count())
 	}
-	if status, _, _ := h.do(http.MethodPost, "/v2/publish/missing", nil, "x"); status != http.StatusNotFound {
+	if status, _, _ := h.Do(http.MethodPost, "/v2/publish/missing", nil, "x"); status != http.StatusNotFound {
 		t.Fatalf("publish to unknown group: %d, want 404", status)
 	}
-	if status, _, _ := h.do(http.MethodPost, "/v2/publish/ftp://x", nil, "x"); status != http.StatusBadRequest {
+	if status, _, _ := h.Do(http.MethodPost, "/v2/publish/ftp://x", nil, "x"); status != http.StatusBadRequest {
 		t.Fatalf("publish to ftp URL: %d, want 400", status)
 	}
 }
@@ -612,11 +613,11 @@ func TestShutdownLetsAttemptsFinish(t *testing.T) {
 	ln := listenLocal(t)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	h := &harness{t: t, srv: srv, ts: nil}
+	h := &qstashdevtest.Harness{T: t, Server: srv}
 	g := newGate()
-	dst := newSink(t, g.handle)
+	dst := qstashdevtest.NewSink(t, g.handle)
 
-	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v2/publish/"+dst.url("/s"), strings.NewReader("x"))
+	req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v2/publish/"+dst.URL("/s"), strings.NewReader("x"))
 	req.Header.Set("Authorization", "Bearer "+qstashdev.DefaultToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -629,9 +630,9 @@ func TestShutdownLetsAttemptsFinish(t *testing.T) {
 	go func() { done <- srv.Shutdown(context.Background()) }()
 	// WaitIdle returns ErrClosed once Shutdown has begun; only then is the
 	// attempt released, so Shutdown is seen waiting for it.
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), qstashdevtest.WaitTimeout)
 	defer cancel()
-	if err := h.srv.WaitIdle(ctx); err != qstashdev.ErrClosed {
+	if err := h.Server.WaitIdle(ctx); err != qstashdev.ErrClosed {
 		t.Fatalf("WaitIdle during Shutdown: %v, want ErrClosed", err)
 	}
 	select {
@@ -663,10 +664,10 @@ func TestCloseCancelsAttempts(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := newTestAPI(t, srv)
-	h := &harness{t: t, srv: srv, ts: ts}
+	h := &qstashdevtest.Harness{T: t, Server: srv, API: ts}
 	g := newGate()
-	dst := newSink(t, g.handle)
-	h.publish(dst.url("/hang"), nil, "x")
+	dst := qstashdevtest.NewSink(t, g.handle)
+	h.Publish(dst.URL("/hang"), nil, "x")
 	g.next(t)
 	closed := make(chan error, 1)
 	go func() { closed <- srv.Close() }()
@@ -676,10 +677,10 @@ func TestCloseCancelsAttempts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Close: %v", err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(qstashdevtest.WaitTimeout):
 		t.Fatal("Close waited for a hung destination")
 	}
-	if status, _, _ := h.do(http.MethodGet, "/v2/keys", nil, ""); status != http.StatusServiceUnavailable {
+	if status, _, _ := h.Do(http.MethodGet, "/v2/keys", nil, ""); status != http.StatusServiceUnavailable {
 		t.Fatalf("API after Close: %d, want 503", status)
 	}
 }
@@ -725,24 +726,24 @@ func TestListenAndServe(t *testing.T) {
 
 func TestUserinfoDestination(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
-	url := strings.Replace(dst.url("/basic"), "http://", "http://user:pass@", 1)
-	h.publish(url, nil, "x")
-	h.waitIdle()
-	if got := dst.deliveries(); len(got) != 1 || got[0].Header.Get("Authorization") != "Basic dXNlcjpwYXNz" {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
+	url := strings.Replace(dst.URL("/basic"), "http://", "http://user:pass@", 1)
+	h.Publish(url, nil, "x")
+	h.WaitIdle()
+	if got := dst.Deliveries(); len(got) != 1 || got[0].Header.Get("Authorization") != "Basic dXNlcjpwYXNz" {
 		t.Fatalf("deliveries %+v: want Basic auth from the URL's userinfo", got)
 	}
 }
 
 func TestEventsFilterByLabel(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
-	id := h.publish(dst.url("/l"), hdr("Upstash-Label", "billing"), "x")
-	h.publish(dst.url("/l"), nil, "y")
-	h.waitIdle()
-	status, _, b := h.do(http.MethodGet, "/v2/events?label=billing", nil, "")
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
+	id := h.Publish(dst.URL("/l"), hdr("Upstash-Label", "billing"), "x")
+	h.Publish(dst.URL("/l"), nil, "y")
+	h.WaitIdle()
+	status, _, b := h.Do(http.MethodGet, "/v2/events?label=billing", nil, "")
 	var res struct {
 		Events []struct {
 			MessageID string `json:"messageId"`

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -26,43 +27,43 @@ func wantPendingRefused(t *testing.T, what string, status int, header http.Heade
 
 func TestPendingMessageCap(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock, MaxPendingMessages: 3})
-	dst := newSink(t, nil)
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock, MaxPendingMessages: 3})
+	dst := qstashdevtest.NewSink(t, nil)
 	delayed := hdr("Upstash-Delay", "1m")
 	for range 3 {
-		h.publish(dst.url("/p"), delayed, "x")
+		h.Publish(dst.URL("/p"), delayed, "x")
 	}
-	status, header, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/p"), delayed, "x")
+	status, header, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/p"), delayed, "x")
 	wantPendingRefused(t, "4th pending message", status, header, b)
-	status, header, b = h.do(http.MethodPost, "/v2/batch", nil, `[{"destination":"`+dst.url("/b")+`","body":"y"}]`)
+	status, header, b = h.Do(http.MethodPost, "/v2/batch", nil, `[{"destination":"`+dst.URL("/b")+`","body":"y"}]`)
 	wantPendingRefused(t, "batch beyond the cap", status, header, b)
-	if n := len(h.srv.Messages()); n != 3 {
+	if n := len(h.Server.Messages()); n != 3 {
 		t.Fatalf("%d messages pending, want 3", n)
 	}
 
 	// Delivered messages free their places.
-	clock.waitTimer(t, clock.Now().Add(time.Minute))
+	clock.WaitTimer(t, clock.Now().Add(time.Minute))
 	clock.Advance(time.Minute)
-	h.waitIdle()
+	h.WaitIdle()
 	for range 3 {
-		h.publish(dst.url("/again"), nil, "z")
+		h.Publish(dst.URL("/again"), nil, "z")
 	}
-	h.waitIdle()
-	if n := dst.count(); n != 6 {
+	h.WaitIdle()
+	if n := dst.Count(); n != 6 {
 		t.Fatalf("%d deliveries, want 6", n)
 	}
 }
 
 // Pending bytes are the body, the destination URL, headers and option
-// strings. Every destination below has the length u of dst.url("/p"), so
+// strings. Every destination below has the length u of dst.URL("/p"), so
 // the cap is 250 bytes of bodies and headers beside three URLs.
 func TestPendingBytesCap(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
-	dst := newSink(t, nil)
-	u := int64(len(dst.url("/p")))
-	h := newHarness(t, qstashdev.Config{Clock: clock, MaxBodyBytes: 100, MaxPendingBytes: 250 + 3*u})
+	clock := qstashdevtest.NewFakeClock()
+	dst := qstashdevtest.NewSink(t, nil)
+	u := int64(len(dst.URL("/p")))
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock, MaxBodyBytes: 100, MaxPendingBytes: 250 + 3*u})
 	delayed := hdr("Upstash-Delay", "1m")
 	publish := func(header http.Header, n int) (int, http.Header, []byte) {
 		t.Helper()
@@ -70,12 +71,12 @@ func TestPendingBytesCap(t *testing.T) {
 		for k, v := range header {
 			hh[k] = v
 		}
-		return h.do(http.MethodPost, "/v2/publish/"+dst.url("/p"), hh, strings.Repeat("b", n))
+		return h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/p"), hh, strings.Repeat("b", n))
 	}
 	if s, _, b := publish(nil, 100); s != http.StatusOK {
 		t.Fatalf("100 bytes: %d %s", s, b)
 	}
-	first := h.srv.Messages()[0].ID
+	first := h.Server.Messages()[0].ID
 	if s, _, b := publish(nil, 100); s != http.StatusOK {
 		t.Fatalf("200 bytes: %d %s", s, b)
 	}
@@ -86,7 +87,7 @@ func TestPendingBytesCap(t *testing.T) {
 	}
 
 	// Forwarded headers count too: "X" and "123456789" are 10 bytes.
-	if !h.srv.Cancel(first) {
+	if !h.Server.Cancel(first) {
 		t.Fatal("cancel failed")
 	}
 	withHeader := hdr("Upstash-Forward-X", "123456789")
@@ -97,37 +98,37 @@ func TestPendingBytesCap(t *testing.T) {
 	}
 
 	// A batch is taken whole or refused whole.
-	if status, _, b := h.do(http.MethodDelete, "/v2/messages", nil, ""); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodDelete, "/v2/messages", nil, ""); status != http.StatusOK {
 		t.Fatalf("cancel all: %d %s", status, b)
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	item := func(n int) string {
-		return `{"destination":"` + dst.url("/b") + `","headers":{"Upstash-Delay":"1m"},"body":"` + strings.Repeat("c", n) + `"}`
+		return `{"destination":"` + dst.URL("/b") + `","headers":{"Upstash-Delay":"1m"},"body":"` + strings.Repeat("c", n) + `"}`
 	}
-	s, hd, b = h.do(http.MethodPost, "/v2/batch", nil, "["+item(100)+","+item(100)+","+item(51)+"]")
+	s, hd, b = h.Do(http.MethodPost, "/v2/batch", nil, "["+item(100)+","+item(100)+","+item(51)+"]")
 	wantPendingRefused(t, "batch of 251 bytes", s, hd, b)
-	if n := len(h.srv.Messages()); n != 0 {
+	if n := len(h.Server.Messages()); n != 0 {
 		t.Fatalf("a refused batch left %d messages pending", n)
 	}
-	if s, _, b := h.do(http.MethodPost, "/v2/batch", nil, "["+item(100)+","+item(100)+","+item(50)+"]"); s != http.StatusOK || strings.Contains(string(b), "error") {
+	if s, _, b := h.Do(http.MethodPost, "/v2/batch", nil, "["+item(100)+","+item(100)+","+item(50)+"]"); s != http.StatusOK || strings.Contains(string(b), "error") {
 		t.Fatalf("batch of 250 bytes: %d %s, want 200", s, b)
 	}
-	if n := len(h.srv.Messages()); n != 3 {
+	if n := len(h.Server.Messages()); n != 3 {
 		t.Fatalf("%d messages pending after the batch, want 3", n)
 	}
 
 	// A URL-group publish counts once per endpoint.
-	if status, _, b := h.do(http.MethodDelete, "/v2/messages", nil, ""); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodDelete, "/v2/messages", nil, ""); status != http.StatusOK {
 		t.Fatalf("cancel all: %d %s", status, b)
 	}
-	h.waitIdle()
-	eps := `{"endpoints":[{"url":"` + dst.url("/1") + `"},{"url":"` + dst.url("/2") + `"},{"url":"` + dst.url("/3") + `"}]}`
-	if status, _, b := h.do(http.MethodPost, "/v2/topics/fan/endpoints", nil, eps); status != http.StatusOK {
+	h.WaitIdle()
+	eps := `{"endpoints":[{"url":"` + dst.URL("/1") + `"},{"url":"` + dst.URL("/2") + `"},{"url":"` + dst.URL("/3") + `"}]}`
+	if status, _, b := h.Do(http.MethodPost, "/v2/topics/fan/endpoints", nil, eps); status != http.StatusOK {
 		t.Fatalf("create group: %d %s", status, b)
 	}
-	s, hd, b = h.do(http.MethodPost, "/v2/publish/fan", delayed, strings.Repeat("g", 84))
+	s, hd, b = h.Do(http.MethodPost, "/v2/publish/fan", delayed, strings.Repeat("g", 84))
 	wantPendingRefused(t, "3 × 84 bytes", s, hd, b)
-	if s, _, b := h.do(http.MethodPost, "/v2/publish/fan", delayed, strings.Repeat("g", 83)); s != http.StatusOK {
+	if s, _, b := h.Do(http.MethodPost, "/v2/publish/fan", delayed, strings.Repeat("g", 83)); s != http.StatusOK {
 		t.Fatalf("3 × 83 bytes: %d %s, want 200", s, b)
 	}
 }
@@ -137,12 +138,12 @@ func TestPendingBytesCap(t *testing.T) {
 // of 1 MiB, as each one's URL counts too.
 func TestDefaultPendingBytesCap(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{Clock: newFakeClock()})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: qstashdevtest.NewFakeClock()})
+	dst := qstashdevtest.NewSink(t, nil)
 	body := strings.Repeat("m", 1<<20)
 	accepted := 0
 	for range 70 {
-		status, header, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/big"), hdr("Upstash-Delay", "1h"), body)
+		status, header, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/big"), hdr("Upstash-Delay", "1h"), body)
 		if status == http.StatusOK {
 			accepted++
 			continue
@@ -159,17 +160,17 @@ func TestDefaultPendingBytesCap(t *testing.T) {
 // alone lets 10,000 maximal entries hold gigabytes.
 func TestDLQBytesCap(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{MaxBodyBytes: 100, MaxDLQBytes: 1000})
-	dst := newSink(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{MaxBodyBytes: 100, MaxDLQBytes: 1000})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, _ *http.Request, _ int) {
 		w.Header().Set("Upstash-NonRetryable-Error", "true")
 		w.WriteHeader(489)
 	})
 	var last string
 	for range 30 {
-		last = h.publish(dst.url("/dead"), nil, strings.Repeat("d", 100))
-		h.waitIdle()
+		last = h.Publish(dst.URL("/dead"), nil, strings.Repeat("d", 100))
+		h.WaitIdle()
 	}
-	dlq := h.srv.DLQ()
+	dlq := h.Server.DLQ()
 	if len(dlq) == 0 || len(dlq) >= 10 {
 		t.Fatalf("DLQ holds %d entries of 100 bytes and more, want 1 to 9 within 1000 bytes", len(dlq))
 	}
@@ -183,8 +184,8 @@ func TestDLQBytesCap(t *testing.T) {
 // forever. Beyond their bounds QStash's limit answer, 412, comes back.
 func TestQueueAndURLGroupBounds(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{MaxQueues: 2, MaxURLGroups: 1})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{MaxQueues: 2, MaxURLGroups: 1})
+	dst := qstashdevtest.NewSink(t, nil)
 	wantLimit := func(what string, status int, b []byte) {
 		t.Helper()
 		var e struct {
@@ -195,21 +196,21 @@ func TestQueueAndURLGroupBounds(t *testing.T) {
 		}
 	}
 	for _, q := range []string{"q1", "q2"} {
-		if status, _, b := h.do(http.MethodPost, "/v2/enqueue/"+q+"/"+dst.url("/q"), nil, "x"); status != http.StatusOK {
+		if status, _, b := h.Do(http.MethodPost, "/v2/enqueue/"+q+"/"+dst.URL("/q"), nil, "x"); status != http.StatusOK {
 			t.Fatalf("enqueue to %s: %d %s", q, status, b)
 		}
 	}
-	status, _, b := h.do(http.MethodPost, "/v2/enqueue/q3/"+dst.url("/q"), nil, "x")
+	status, _, b := h.Do(http.MethodPost, "/v2/enqueue/q3/"+dst.URL("/q"), nil, "x")
 	wantLimit("a third queue", status, b)
-	status, _, b = h.do(http.MethodPost, "/v2/queues", nil, `{"queueName":"q4","parallelism":1}`)
+	status, _, b = h.Do(http.MethodPost, "/v2/queues", nil, `{"queueName":"q4","parallelism":1}`)
 	wantLimit("upserting a third queue", status, b)
-	if status, _, b := h.do(http.MethodPost, "/v2/enqueue/q1/"+dst.url("/q"), nil, "x"); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodPost, "/v2/enqueue/q1/"+dst.URL("/q"), nil, "x"); status != http.StatusOK {
 		t.Fatalf("enqueue to an existing queue: %d %s", status, b)
 	}
-	if status, _, b := h.do(http.MethodDelete, "/v2/queues/q2", nil, ""); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodDelete, "/v2/queues/q2", nil, ""); status != http.StatusOK {
 		t.Fatalf("delete q2: %d %s", status, b)
 	}
-	if status, _, b := h.do(http.MethodPost, "/v2/enqueue/q3/"+dst.url("/q"), nil, "x"); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodPost, "/v2/enqueue/q3/"+dst.URL("/q"), nil, "x"); status != http.StatusOK {
 		t.Fatalf("enqueue to q3 once q2 is gone: %d %s", status, b)
 	}
 
@@ -220,22 +221,22 @@ func TestQueueAndURLGroupBounds(t *testing.T) {
 		}
 		return `{"endpoints":[` + strings.Join(parts, ",") + `]}`
 	}
-	if status, _, b := h.do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(dst.url("/a"))); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(dst.URL("/a"))); status != http.StatusOK {
 		t.Fatalf("create g1: %d %s", status, b)
 	}
-	status, _, b = h.do(http.MethodPost, "/v2/topics/g2/endpoints", nil, ep(dst.url("/a")))
+	status, _, b = h.Do(http.MethodPost, "/v2/topics/g2/endpoints", nil, ep(dst.URL("/a")))
 	wantLimit("a second URL group", status, b)
 
 	many := make([]string, 1001)
 	for i := range many {
-		many[i] = dst.url("/e" + strings.Repeat("x", i%7) + "/" + string(rune('a'+i%26)) + "/" + strconv.Itoa(i))
+		many[i] = dst.URL("/e" + strings.Repeat("x", i%7) + "/" + string(rune('a'+i%26)) + "/" + strconv.Itoa(i))
 	}
-	status, _, b = h.do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(many...))
+	status, _, b = h.Do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(many...))
 	wantLimit("1001 more endpoints", status, b)
-	if g := h.srv.URLGroups(); len(g) != 1 || len(g[0].Endpoints) != 1 {
+	if g := h.Server.URLGroups(); len(g) != 1 || len(g[0].Endpoints) != 1 {
 		t.Fatalf("a refused upsert changed the groups: %+v", g)
 	}
-	if status, _, b := h.do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(many[:999]...)); status != http.StatusOK {
+	if status, _, b := h.Do(http.MethodPost, "/v2/topics/g1/endpoints", nil, ep(many[:999]...)); status != http.StatusOK {
 		t.Fatalf("1000 endpoints in all: %d %s", status, b)
 	}
 }
@@ -245,27 +246,27 @@ func TestQueueAndURLGroupBounds(t *testing.T) {
 // entries by count only.
 func TestOptionLengthBounds(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	long := strings.Repeat("l", 4<<10+1)
 	for _, tc := range []struct {
 		name string
 		dest string
 		head http.Header
 	}{
-		{"label", dst.url("/o"), hdr("Upstash-Label", long)},
-		{"deduplication id", dst.url("/o"), hdr("Upstash-Deduplication-Id", long)},
-		{"flow-control key", dst.url("/o"), hdr("Upstash-Flow-Control-Key", long)},
-		{"retry delay", dst.url("/o"), hdr("Upstash-Retry-Delay", strings.Repeat("1+", 2<<10)+"1")},
-		{"callback url", dst.url("/o"), hdr("Upstash-Callback", dst.url("/"+strings.Repeat("c", 16<<10)))},
-		{"destination url", dst.url("/" + strings.Repeat("d", 16<<10)), nil},
+		{"label", dst.URL("/o"), hdr("Upstash-Label", long)},
+		{"deduplication id", dst.URL("/o"), hdr("Upstash-Deduplication-Id", long)},
+		{"flow-control key", dst.URL("/o"), hdr("Upstash-Flow-Control-Key", long)},
+		{"retry delay", dst.URL("/o"), hdr("Upstash-Retry-Delay", strings.Repeat("1+", 2<<10)+"1")},
+		{"callback url", dst.URL("/o"), hdr("Upstash-Callback", dst.URL("/"+strings.Repeat("c", 16<<10)))},
+		{"destination url", dst.URL("/" + strings.Repeat("d", 16<<10)), nil},
 	} {
-		status, _, b := h.do(http.MethodPost, "/v2/publish/"+tc.dest, tc.head, "x")
+		status, _, b := h.Do(http.MethodPost, "/v2/publish/"+tc.dest, tc.head, "x")
 		if status != http.StatusBadRequest || !strings.Contains(string(b), "longer than") {
 			t.Errorf("%s too long: %d %.200s, want 400 naming the limit", tc.name, status, b)
 		}
 	}
 	// At the bounds, all is accepted.
-	h.publish(dst.url("/o"), hdr("Upstash-Label", long[:4<<10], "Upstash-Deduplication-Id", long[:4<<10]), "x")
-	h.waitIdle()
+	h.Publish(dst.URL("/o"), hdr("Upstash-Label", long[:4<<10], "Upstash-Deduplication-Id", long[:4<<10]), "x")
+	h.WaitIdle()
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -23,7 +24,7 @@ type restartable struct {
 	mu      sync.Mutex
 	hs      *http.Server
 	served  chan struct{}
-	got     []delivery
+	got     []qstashdevtest.Delivery
 	barrier int           // while > 0, handlers wait until this many are in flight
 	arrived int           // handlers waiting at the barrier
 	release chan struct{} // closed when barrier handlers are in flight together
@@ -39,7 +40,7 @@ func newRestartable(t *testing.T) *restartable {
 	return c
 }
 
-func (c *restartable) url(path string) string { return "http://" + c.addr + path }
+func (c *restartable) URL(path string) string { return "http://" + c.addr + path }
 
 func (c *restartable) serve(ln net.Listener) {
 	hs := &http.Server{Handler: http.HandlerFunc(c.handle)}
@@ -88,7 +89,7 @@ func (c *restartable) holdUntil(n int) {
 func (c *restartable) handle(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	c.mu.Lock()
-	c.got = append(c.got, delivery{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body})
+	c.got = append(c.got, qstashdevtest.Delivery{Method: r.Method, Path: r.URL.RequestURI(), Header: r.Header.Clone(), Body: body})
 	var release chan struct{}
 	if c.barrier > 0 {
 		release = c.release
@@ -102,23 +103,23 @@ func (c *restartable) handle(w http.ResponseWriter, r *http.Request) {
 	if release != nil {
 		select {
 		case <-release:
-		case <-time.After(waitTimeout):
+		case <-time.After(qstashdevtest.WaitTimeout):
 			w.WriteHeader(http.StatusServiceUnavailable) // the test fails on the missing deliveries
 			return
 		}
 	}
 }
 
-func (c *restartable) deliveries() []delivery {
+func (c *restartable) Deliveries() []qstashdevtest.Delivery {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]delivery(nil), c.got...)
+	return append([]qstashdevtest.Delivery(nil), c.got...)
 }
 
 // settled counts DELIVERED, RETRY and FAILED events among ids: each attempt
 // outcome a test can wait for without moving the clock.
-func settled(h *harness, ids map[string]bool) (delivered, failed int) {
-	for _, e := range h.srv.Events() {
+func settled(h *qstashdevtest.Harness, ids map[string]bool) (delivered, failed int) {
+	for _, e := range h.Server.Events() {
 		if !ids[e.MessageID] {
 			continue
 		}
@@ -134,14 +135,14 @@ func settled(h *harness, ids map[string]bool) (delivered, failed int) {
 
 // warmPool delivers n messages at once so that n connections to c sit in
 // qstashdev's idle pool; restarting c then leaves all n dead.
-func warmPool(t *testing.T, h *harness, c *restartable, n int) {
+func warmPool(t *testing.T, h *qstashdevtest.Harness, c *restartable, n int) {
 	t.Helper()
 	c.holdUntil(n)
 	ids := map[string]bool{}
 	for i := range n {
-		ids[h.publish(c.url("/warm"), nil, "warm-"+strconv.Itoa(i))] = true
+		ids[h.Publish(c.URL("/warm"), nil, "warm-"+strconv.Itoa(i))] = true
 	}
-	h.waitFor("warm-up deliveries", func() bool { d, f := settled(h, ids); return d+f == n })
+	h.WaitFor("warm-up deliveries", func() bool { d, f := settled(h, ids); return d+f == n })
 	if d, _ := settled(h, ids); d != n {
 		t.Fatalf("warm-up: %d of %d delivered", d, n)
 	}
@@ -155,22 +156,22 @@ func warmPool(t *testing.T, h *harness, c *restartable, n int) {
 func TestStaleConnectionAfterConsumerRestart(t *testing.T) {
 	t.Parallel()
 	const pooled = 4
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock, Concurrency: pooled})
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock, Concurrency: pooled})
 	c := newRestartable(t)
 	warmPool(t, h, c, pooled)
 	c.restart()
-	before := len(c.deliveries())
+	before := len(c.Deliveries())
 
-	id := h.publish(c.url("/after-restart"), nil, "after")
+	id := h.Publish(c.URL("/after-restart"), nil, "after")
 	ids := map[string]bool{id: true}
-	h.waitFor("the delivery after the restart", func() bool { d, f := settled(h, ids); return d+f > 0 })
-	for _, e := range h.srv.MessageEvents(id) {
+	h.WaitFor("the delivery after the restart", func() bool { d, f := settled(h, ids); return d+f > 0 })
+	for _, e := range h.Server.MessageEvents(id) {
 		if e.State == qstashdev.StateError || e.State == qstashdev.StateRetry {
 			t.Fatalf("delivery after the restart was charged a failed attempt: %s %q", e.State, e.Error)
 		}
 	}
-	got := c.deliveries()[before:]
+	got := c.Deliveries()[before:]
 	if len(got) != 1 || got[0].Path != "/after-restart" || got[0].Header.Get("Upstash-Retried") != "0" {
 		t.Fatalf("restarted consumer got %+v, want one first attempt (Upstash-Retried: 0)", got)
 	}
@@ -186,8 +187,8 @@ func TestStaleConnectionsBurstAfterConsumerRestart(t *testing.T) {
 		burst   = 200
 		delay   = 10 * time.Second
 	)
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock, Concurrency: workers})
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock, Concurrency: workers})
 	c := newRestartable(t)
 	warmPool(t, h, c, workers)
 
@@ -195,16 +196,16 @@ func TestStaleConnectionsBurstAfterConsumerRestart(t *testing.T) {
 	due := clock.Now().Add(delay)
 	ids := map[string]bool{}
 	for i := range burst {
-		ids[h.publish(c.url("/burst"), hdr("Upstash-Delay", "10s"), "b-"+strconv.Itoa(i))] = true
+		ids[h.Publish(c.URL("/burst"), hdr("Upstash-Delay", "10s"), "b-"+strconv.Itoa(i))] = true
 	}
 	c.restart()
-	before := len(c.deliveries())
-	clock.waitTimer(t, due)
+	before := len(c.Deliveries())
+	clock.WaitTimer(t, due)
 	clock.Advance(delay)
 
-	h.waitFor("the burst", func() bool { d, f := settled(h, ids); return d+f == burst })
+	h.WaitFor("the burst", func() bool { d, f := settled(h, ids); return d+f == burst })
 	if d, f := settled(h, ids); d != burst {
-		for _, e := range h.srv.Events() {
+		for _, e := range h.Server.Events() {
 			if ids[e.MessageID] && e.State == qstashdev.StateError {
 				t.Logf("charged: %s %q", e.MessageID, e.Error)
 				break
@@ -212,7 +213,7 @@ func TestStaleConnectionsBurstAfterConsumerRestart(t *testing.T) {
 		}
 		t.Fatalf("%d of %d delivered on the first attempt, %d charged a failed attempt", d, burst, f)
 	}
-	for _, d := range c.deliveries()[before:] {
+	for _, d := range c.Deliveries()[before:] {
 		if d.Header.Get("Upstash-Retried") != "0" {
 			t.Fatalf("delivery with Upstash-Retried %q", d.Header.Get("Upstash-Retried"))
 		}
@@ -241,8 +242,8 @@ func TestPeerClosesReusedConnectionWithoutAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := newFakeClock()
-			h := newHarness(t, qstashdev.Config{Clock: clock, Concurrency: 1, Client: tc.client()})
+			clock := qstashdevtest.NewFakeClock()
+			h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock, Concurrency: 1, Client: tc.client()})
 			ln := listenLocal(t)
 			var (
 				wg       sync.WaitGroup
@@ -299,11 +300,11 @@ func TestPeerClosesReusedConnectionWithoutAnswer(t *testing.T) {
 			dest := "http://" + ln.Addr().String() + "/hook"
 			var ids []string
 			for i := range 2 {
-				id := h.publish(dest, nil, "m"+strconv.Itoa(i))
+				id := h.Publish(dest, nil, "m"+strconv.Itoa(i))
 				ids = append(ids, id)
 				one := map[string]bool{id: true}
-				h.waitFor("an outcome", func() bool { d, f := settled(h, one); return d+f > 0 })
-				for _, e := range h.srv.MessageEvents(id) {
+				h.WaitFor("an outcome", func() bool { d, f := settled(h, one); return d+f > 0 })
+				for _, e := range h.Server.MessageEvents(id) {
 					if e.State == qstashdev.StateError {
 						t.Fatalf("message %d charged a failed attempt: %q", i, e.Error)
 					}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -17,8 +18,8 @@ import (
 func TestQueryTokenNeverForwarded(t *testing.T) {
 	t.Parallel()
 	const tok = "s3cret+/="
-	h := newHarness(t, qstashdev.Config{Token: tok})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Token: tok})
+	dst := qstashdevtest.NewSink(t, nil)
 	esc := url.QueryEscape(tok)
 	noAuth := hdr("Authorization", "")
 	for _, q := range []string{
@@ -29,9 +30,9 @@ func TestQueryTokenNeverForwarded(t *testing.T) {
 		"a=1&qstash%5Ftoken=" + esc, // after the destination's own parameters
 		"qstash%5Ftoken=" + esc + "&qstash_token=" + esc + "&b=2",
 	} {
-		id := h.publish(dst.url("/hook")+"?"+q, noAuth, "x")
-		h.waitIdle()
-		got := dst.deliveries()
+		id := h.Publish(dst.URL("/hook")+"?"+q, noAuth, "x")
+		h.WaitIdle()
+		got := dst.Deliveries()
 		d := got[len(got)-1]
 		if d.Header.Get("Upstash-Message-Id") != id {
 			t.Fatalf("%s: last delivery is not %s", q, id)
@@ -45,13 +46,13 @@ func TestQueryTokenNeverForwarded(t *testing.T) {
 		}
 	}
 	// The destination's other parameters survive, as sent.
-	h.publish(dst.url("/keep")+"?a=1&qstash%5Ftoken="+esc+"&b=%2F", noAuth, "y")
-	h.waitIdle()
-	got := dst.deliveries()
+	h.Publish(dst.URL("/keep")+"?a=1&qstash%5Ftoken="+esc+"&b=%2F", noAuth, "y")
+	h.WaitIdle()
+	got := dst.Deliveries()
 	if p := got[len(got)-1].Path; p != "/keep?a=1&b=%2F" {
 		t.Errorf("destination got %q, want /keep?a=1&b=%%2F", p)
 	}
-	for _, e := range h.srv.Events() {
+	for _, e := range h.Server.Events() {
 		if strings.Contains(e.URL, esc) {
 			t.Fatalf("event %s records url %q with the token", e.State, e.URL)
 		}
@@ -59,9 +60,9 @@ func TestQueryTokenNeverForwarded(t *testing.T) {
 
 	// A token in the header and a (wrong or right) one in the query: the
 	// query one is still not forwarded.
-	h.publish(dst.url("/both")+"?qstash%5Ftoken=other", hdr("Authorization", "Bearer "+tok), "z")
-	h.waitIdle()
-	got = dst.deliveries()
+	h.Publish(dst.URL("/both")+"?qstash%5Ftoken=other", hdr("Authorization", "Bearer "+tok), "z")
+	h.WaitIdle()
+	got = dst.Deliveries()
 	if p := got[len(got)-1].Path; p != "/both" {
 		t.Errorf("destination got %q, want /both", p)
 	}
@@ -74,7 +75,7 @@ func TestQueryTokenNeverForwarded(t *testing.T) {
 		"a=1;qstash_token=" + esc,
 		"qstash_token=" + esc + "%zz",
 	} {
-		status, _, b := h.do(http.MethodPost, "/v2/publish/"+dst.url("/no")+"?"+q, noAuth, "n")
+		status, _, b := h.Do(http.MethodPost, "/v2/publish/"+dst.URL("/no")+"?"+q, noAuth, "n")
 		if status != http.StatusUnauthorized {
 			t.Errorf("?%s: %d %s, want 401", q, status, b)
 		}

@@ -1,4 +1,4 @@
-package qstashdev_test
+package qstashsdk_test
 
 import (
 	"net/http"
@@ -8,6 +8,7 @@ import (
 
 	qstash "github.com/upstash/qstash-go"
 
+	"github.com/outboxkit/outboxkit/internal/qstashdevtest"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
@@ -16,18 +17,18 @@ import (
 // SDK reads QSTASH_URL from the environment, which t.Setenv pins here so a
 // developer's own QSTASH_URL cannot redirect the tests.
 
-func sdkClient(t *testing.T, h *harness) *qstash.Client {
-	t.Setenv("QSTASH_URL", h.ts.URL)
-	return qstash.NewClientWith(qstash.Options{Url: h.ts.URL, Token: qstashdev.DefaultToken, Client: h.ts.Client()})
+func sdkClient(t *testing.T, h *qstashdevtest.Harness) *qstash.Client {
+	t.Setenv("QSTASH_URL", h.API.URL)
+	return qstash.NewClientWith(qstash.Options{Url: h.API.URL, Token: qstashdev.DefaultToken, Client: h.API.Client()})
 }
 
 func TestSDKPublishURL(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
 
 	res, err := c.Publish(qstash.PublishOptions{
-		Url:         dst.url("/orders?tenant=a"),
+		Url:         dst.URL("/orders?tenant=a"),
 		Body:        `{"id":1}`,
 		ContentType: "application/json",
 		Headers:     map[string]string{"Ce-Type": "order.created"},
@@ -39,8 +40,8 @@ func TestSDKPublishURL(t *testing.T) {
 	if !strings.HasPrefix(res.MessageId, "msg_") || res.Deduplicated {
 		t.Fatalf("Publish answer %+v", res)
 	}
-	h.waitIdle()
-	got := dst.deliveries()
+	h.WaitIdle()
+	got := dst.Deliveries()
 	if len(got) != 1 {
 		t.Fatalf("deliveries: %d, want 1", len(got))
 	}
@@ -54,18 +55,18 @@ func TestSDKPublishURL(t *testing.T) {
 	if d.Header.Get("Upstash-Message-Id") != res.MessageId {
 		t.Errorf("Upstash-Message-Id %q, want %q", d.Header.Get("Upstash-Message-Id"), res.MessageId)
 	}
-	if got := h.states(res.MessageId); strings.Join(got, ",") != "CREATED,ACTIVE,DELIVERED" {
+	if got := h.States(res.MessageId); strings.Join(got, ",") != "CREATED,ACTIVE,DELIVERED" {
 		t.Errorf("states %v", got)
 	}
 }
 
 func TestSDKPublishURLGroup(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	a, b := newSink(t, nil), newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	a, b := qstashdevtest.NewSink(t, nil), qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
 
 	groups := c.UrlGroups()
-	if err := groups.UpsertEndpoints("billing", []qstash.Endpoint{{Url: a.url("/a"), Name: "a"}, {Url: b.url("/b")}}); err != nil {
+	if err := groups.UpsertEndpoints("billing", []qstash.Endpoint{{Url: a.URL("/a"), Name: "a"}, {Url: b.URL("/b")}}); err != nil {
 		t.Fatalf("UpsertEndpoints: %v", err)
 	}
 	g, err := groups.Get("billing")
@@ -81,12 +82,12 @@ func TestSDKPublishURLGroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	if len(res) != 2 || res[0].Url != a.url("/a") || res[1].Url != b.url("/b") || res[0].MessageId == res[1].MessageId {
+	if len(res) != 2 || res[0].Url != a.URL("/a") || res[1].Url != b.URL("/b") || res[0].MessageId == res[1].MessageId {
 		t.Fatalf("Publish answer %+v", res)
 	}
-	h.waitIdle()
-	for _, s := range []*sink{a, b} {
-		got := s.deliveries()
+	h.WaitIdle()
+	for _, s := range []*qstashdevtest.Sink{a, b} {
+		got := s.Deliveries()
 		if len(got) != 1 || string(got[0].Body) != "hi" || got[0].Header.Get("Upstash-Topic-Name") != "billing" {
 			t.Fatalf("group delivery %+v", got)
 		}
@@ -95,7 +96,7 @@ func TestSDKPublishURLGroup(t *testing.T) {
 	if err := groups.RemoveEndpoints("billing", []qstash.Endpoint{{Name: "a"}}); err != nil {
 		t.Fatalf("RemoveEndpoints: %v", err)
 	}
-	if g, _ := groups.Get("billing"); len(g.Endpoints) != 1 || g.Endpoints[0].Url != b.url("/b") {
+	if g, _ := groups.Get("billing"); len(g.Endpoints) != 1 || g.Endpoints[0].Url != b.URL("/b") {
 		t.Fatalf("after remove: %+v", g)
 	}
 	if err := groups.Delete("billing"); err != nil {
@@ -107,16 +108,16 @@ func TestSDKPublishURLGroup(t *testing.T) {
 }
 
 func TestSDKBatch(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
-	if err := c.UrlGroups().UpsertEndpoints("fan", []qstash.Endpoint{{Url: dst.url("/g1")}, {Url: dst.url("/g2")}}); err != nil {
+	if err := c.UrlGroups().UpsertEndpoints("fan", []qstash.Endpoint{{Url: dst.URL("/g1")}, {Url: dst.URL("/g2")}}); err != nil {
 		t.Fatalf("UpsertEndpoints: %v", err)
 	}
 
 	res, err := c.Batch([]qstash.BatchOptions{
-		{Url: dst.url("/one"), Body: "1", Headers: map[string]string{"X-N": "1"}},
-		{Url: dst.url("/two"), Body: "2", Queue: "q"},
+		{Url: dst.URL("/one"), Body: "1", Headers: map[string]string{"X-N": "1"}},
+		{Url: dst.URL("/two"), Body: "2", Queue: "q"},
 		{UrlGroup: "fan", Body: "3"},
 	})
 	if err != nil {
@@ -125,9 +126,9 @@ func TestSDKBatch(t *testing.T) {
 	if len(res) != 3 || len(res[0]) != 1 || len(res[1]) != 1 || len(res[2]) != 2 {
 		t.Fatalf("Batch answer %+v", res)
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	paths := map[string]string{}
-	for _, d := range dst.deliveries() {
+	for _, d := range dst.Deliveries() {
 		paths[d.Path] = string(d.Body)
 		if d.Path == "/one" && d.Header.Get("X-N") != "1" {
 			t.Errorf("forwarded header lost: %v", d.Header)
@@ -139,14 +140,14 @@ func TestSDKBatch(t *testing.T) {
 			t.Errorf("delivery to %s: %q, want %q (all: %v)", p, paths[p], b, paths)
 		}
 	}
-	if qs := h.srv.Queues(); len(qs) != 1 || qs[0].Name != "q" {
+	if qs := h.Server.Queues(); len(qs) != 1 || qs[0].Name != "q" {
 		t.Errorf("queue from batch element: %+v", qs)
 	}
 }
 
 func TestSDKEnqueue(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
 	queues := c.Queues()
 	if err := queues.Upsert(qstash.Queue{Name: "jobs", Parallelism: 2}); err != nil {
@@ -155,7 +156,7 @@ func TestSDKEnqueue(t *testing.T) {
 	if err := queues.Pause("jobs"); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
-	res, err := c.Enqueue(qstash.EnqueueOptions{Queue: "jobs", PublishOptions: qstash.PublishOptions{Url: dst.url("/job"), Body: "j"}})
+	res, err := c.Enqueue(qstash.EnqueueOptions{Queue: "jobs", PublishOptions: qstash.PublishOptions{Url: dst.URL("/job"), Body: "j"}})
 	if err != nil || res.MessageId == "" {
 		t.Fatalf("Enqueue: %+v, %v", res, err)
 	}
@@ -163,14 +164,14 @@ func TestSDKEnqueue(t *testing.T) {
 	if err != nil || q.Name != "jobs" || q.Parallelism != 2 || !q.IsPaused || q.Lag != 1 {
 		t.Fatalf("Get paused queue: %+v, %v", q, err)
 	}
-	if n := dst.count(); n != 0 {
+	if n := dst.Count(); n != 0 {
 		t.Fatalf("paused queue delivered %d messages", n)
 	}
 	if err := queues.Resume("jobs"); err != nil {
 		t.Fatalf("Resume: %v", err)
 	}
-	h.waitIdle()
-	if n := dst.count(); n != 1 {
+	h.WaitIdle()
+	if n := dst.Count(); n != 1 {
 		t.Fatalf("deliveries after resume: %d", n)
 	}
 	list, err := queues.List()
@@ -186,8 +187,8 @@ func TestSDKEnqueue(t *testing.T) {
 }
 
 func TestSDKDLQ(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, func(w http.ResponseWriter, r *http.Request, n int) {
 		w.Header().Set("X-Why", "broken")
 		w.WriteHeader(http.StatusInternalServerError)
 		w.Write([]byte("boom"))
@@ -195,12 +196,12 @@ func TestSDKDLQ(t *testing.T) {
 	c := sdkClient(t, h)
 	var ids []string
 	for _, p := range []string{"/a", "/b", "/c"} {
-		res, err := c.Publish(qstash.PublishOptions{Url: dst.url(p), Body: p, Retries: qstash.RetryCount(0)})
+		res, err := c.Publish(qstash.PublishOptions{Url: dst.URL(p), Body: p, Retries: qstash.RetryCount(0)})
 		if err != nil {
 			t.Fatalf("Publish: %v", err)
 		}
 		ids = append(ids, res.MessageId)
-		h.waitIdle() // one at a time, so the DLQ order is the publish order
+		h.WaitIdle() // one at a time, so the DLQ order is the publish order
 	}
 
 	dlq := c.Dlq()
@@ -210,7 +211,7 @@ func TestSDKDLQ(t *testing.T) {
 	}
 	m := msgs[0]
 	if m.MessageId != ids[0] || m.ResponseStatus != 500 || m.ResponseBody != "boom" ||
-		m.ResponseHeaders.Get("X-Why") != "broken" || m.Body != "/a" || m.Url != dst.url("/a") {
+		m.ResponseHeaders.Get("X-Why") != "broken" || m.Body != "/a" || m.Url != dst.URL("/a") {
 		t.Fatalf("DLQ entry %+v", m)
 	}
 	page, cursor, err := dlq.List(qstash.ListDlqOptions{Count: 2})
@@ -221,7 +222,7 @@ func TestSDKDLQ(t *testing.T) {
 	if err != nil || len(rest) != 1 || rest[0].MessageId != ids[2] || cursor2 != "" {
 		t.Fatalf("List page 2: %+v, cursor %q, %v", rest, cursor2, err)
 	}
-	filtered, _, err := dlq.List(qstash.ListDlqOptions{Filter: qstash.DlqFilter{Url: dst.url("/b")}})
+	filtered, _, err := dlq.List(qstash.ListDlqOptions{Filter: qstash.DlqFilter{Url: dst.URL("/b")}})
 	if err != nil || len(filtered) != 1 || filtered[0].MessageId != ids[1] {
 		t.Fatalf("List by url: %+v, %v", filtered, err)
 	}
@@ -239,17 +240,17 @@ func TestSDKDLQ(t *testing.T) {
 	if err != nil || n != 2 {
 		t.Fatalf("DeleteMany: %d, %v", n, err)
 	}
-	if left := h.srv.DLQ(); len(left) != 0 {
+	if left := h.Server.DLQ(); len(left) != 0 {
 		t.Fatalf("DLQ not empty: %+v", left)
 	}
 }
 
 func TestSDKMessages(t *testing.T) {
-	clock := newFakeClock()
-	h := newHarness(t, qstashdev.Config{Clock: clock})
-	dst := newSink(t, nil)
+	clock := qstashdevtest.NewFakeClock()
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{Clock: clock})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
-	res, err := c.Publish(qstash.PublishOptions{Url: dst.url("/later"), Body: "x", Delay: "1h", Headers: map[string]string{"X-A": "b"}})
+	res, err := c.Publish(qstash.PublishOptions{Url: dst.URL("/later"), Body: "x", Delay: "1h", Headers: map[string]string{"X-A": "b"}})
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
@@ -257,7 +258,7 @@ func TestSDKMessages(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Get: %v", err)
 	}
-	if m.MessageId != res.MessageId || m.Url != dst.url("/later") || m.Body != "x" || m.Method != "POST" ||
+	if m.MessageId != res.MessageId || m.Url != dst.URL("/later") || m.Body != "x" || m.Method != "POST" ||
 		m.MaxRetries != 3 || m.Header.Get("X-A") != "b" || m.NotBefore != clock.Now().Add(time.Hour).UnixMilli() ||
 		m.CreatedAt != clock.Now().UnixMilli() {
 		t.Fatalf("Get: %+v", m)
@@ -274,7 +275,7 @@ func TestSDKMessages(t *testing.T) {
 
 	var ids []string
 	for range 3 {
-		r, err := c.Publish(qstash.PublishOptions{Url: dst.url("/later"), Body: "y", Delay: "1h"})
+		r, err := c.Publish(qstash.PublishOptions{Url: dst.URL("/later"), Body: "y", Delay: "1h"})
 		if err != nil {
 			t.Fatalf("Publish: %v", err)
 		}
@@ -288,21 +289,21 @@ func TestSDKMessages(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("CancelAll: %d, %v", n, err)
 	}
-	h.waitIdle()
-	if dst.count() != 0 {
+	h.WaitIdle()
+	if dst.Count() != 0 {
 		t.Fatalf("cancelled messages were delivered")
 	}
 }
 
 func TestSDKEvents(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
-	res, err := c.Publish(qstash.PublishOptions{Url: dst.url("/e"), Body: "e"})
+	res, err := c.Publish(qstash.PublishOptions{Url: dst.URL("/e"), Body: "e"})
 	if err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	h.waitIdle()
+	h.WaitIdle()
 	events, cursor, err := c.Events().List(qstash.ListEventsOptions{Filter: qstash.EventFilter{MessageId: res.MessageId}})
 	if err != nil || cursor != "" {
 		t.Fatalf("List: %v, cursor %q", err, cursor)
@@ -310,7 +311,7 @@ func TestSDKEvents(t *testing.T) {
 	var states []string
 	for _, e := range events {
 		states = append(states, string(e.State))
-		if e.Url != dst.url("/e") || e.Time == 0 {
+		if e.Url != dst.URL("/e") || e.Time == 0 {
 			t.Errorf("event %+v", e)
 		}
 	}
@@ -333,7 +334,7 @@ func TestSDKEvents(t *testing.T) {
 }
 
 func TestSDKKeys(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
 	c := sdkClient(t, h)
 	keys, err := c.Keys().Get()
 	if err != nil {
@@ -358,15 +359,15 @@ func TestSDKKeys(t *testing.T) {
 // TestSDKReceiverVerifies checks a real delivery against the SDK's
 // verifier, with the URL it was published to.
 func TestSDKReceiverVerifies(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
-	url := dst.url("/hook?x=1")
+	url := dst.URL("/hook?x=1")
 	if _, err := c.Publish(qstash.PublishOptions{Url: url, Body: `{"hello":"world"}`}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	h.waitIdle()
-	d := dst.deliveries()[0]
+	h.WaitIdle()
+	d := dst.Deliveries()[0]
 	sig := d.Header.Get("Upstash-Signature")
 	r := qstash.NewReceiver(qstashdev.DefaultCurrentSigningKey, qstashdev.DefaultNextSigningKey)
 	if err := r.Verify(qstash.VerifyOptions{Signature: sig, Url: url, Body: string(d.Body)}); err != nil {
@@ -376,7 +377,7 @@ func TestSDKReceiverVerifies(t *testing.T) {
 	if err := r.Verify(qstash.VerifyOptions{Signature: sig, Url: url, Body: "tampered"}); err == nil {
 		t.Error("Verify accepted a different body")
 	}
-	if err := r.Verify(qstash.VerifyOptions{Signature: sig, Url: dst.url("/other"), Body: string(d.Body)}); err == nil {
+	if err := r.Verify(qstash.VerifyOptions{Signature: sig, Url: dst.URL("/other"), Body: string(d.Body)}); err == nil {
 		t.Error("Verify accepted a different URL")
 	}
 	if err := qstash.NewReceiver("sig_wrong", "sig_wrong2").Verify(qstash.VerifyOptions{Signature: sig, Url: url, Body: string(d.Body)}); err == nil {
@@ -401,24 +402,24 @@ func (o originTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // sends no Origin and keeps working; the same calls under a foreign
 // Origin are refused and publish nothing.
 func TestSDKAndForgedOrigin(t *testing.T) {
-	h := newHarness(t, qstashdev.Config{})
-	dst := newSink(t, nil)
+	h := qstashdevtest.NewHarness(t, qstashdev.Config{})
+	dst := qstashdevtest.NewSink(t, nil)
 	c := sdkClient(t, h)
-	if _, err := c.Publish(qstash.PublishOptions{Url: dst.url("/sdk"), Body: "ok"}); err != nil {
+	if _, err := c.Publish(qstash.PublishOptions{Url: dst.URL("/sdk"), Body: "ok"}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	h.waitIdle()
+	h.WaitIdle()
 
-	forged := qstash.NewClientWith(qstash.Options{Url: h.ts.URL, Token: qstashdev.DefaultToken,
-		Client: &http.Client{Transport: originTransport{origin: "https://evil.example", next: h.ts.Client().Transport}}})
-	if _, err := forged.Publish(qstash.PublishOptions{Url: dst.url("/forged"), Body: "no"}); err == nil {
+	forged := qstash.NewClientWith(qstash.Options{Url: h.API.URL, Token: qstashdev.DefaultToken,
+		Client: &http.Client{Transport: originTransport{origin: "https://evil.example", next: h.API.Client().Transport}}})
+	if _, err := forged.Publish(qstash.PublishOptions{Url: dst.URL("/forged"), Body: "no"}); err == nil {
 		t.Fatal("Publish under a foreign Origin succeeded")
 	}
 	if _, err := forged.Keys().Get(); err == nil {
 		t.Fatal("Keys under a foreign Origin succeeded")
 	}
-	h.waitIdle()
-	if got := dst.deliveries(); len(got) != 1 || got[0].Path != "/sdk" {
+	h.WaitIdle()
+	if got := dst.Deliveries(); len(got) != 1 || got[0].Path != "/sdk" {
 		t.Fatalf("deliveries %+v, want only the SDK's own", got)
 	}
 }

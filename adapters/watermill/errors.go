@@ -1,6 +1,10 @@
 package outboxwatermill
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/lifecycle"
+)
 
 // Sentinel errors. Match them with errors.Is.
 var (
@@ -14,10 +18,10 @@ var (
 	// ErrClosed is returned by a publisher or subscriber used after Close
 	// (qstashsub's too), and by a QStash delivery that arrives while (or
 	// after) its subscriber closes.
-	ErrClosed = errors.New("outboxwatermill: closed")
+	ErrClosed = lifecycle.ErrClosed
 
 	// ErrNacked is the publish error OutboxSubscriber and the qstashsub
 	// subscriber report for a message the consumer Nacked: the event is
 	// retried (with the relay's backoff, or by QStash).
-	ErrNacked = errors.New("outboxwatermill: message nacked by the consumer")
+	ErrNacked = lifecycle.ErrNacked
 )

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/lifecycle"
 	"github.com/outboxkit/outboxkit/core"
 )
 
@@ -145,14 +146,13 @@ func (c OutboxSubscriberConfig) relayConfig(topic string) core.RelayConfig {
 // Events are delivered oldest first, but a nacked event is retried later
 // while the others go on, so order is not guaranteed.
 type OutboxSubscriber struct {
-	store core.Store
-	cfg   OutboxSubscriberConfig
+	store  core.Store
+	cfg    OutboxSubscriberConfig
+	subs   *lifecycle.Subscriptions
+	listen sync.Once // starts the listener at the first Subscribe
 
-	mu       sync.Mutex
-	closed   bool
-	relays   map[*core.Relay]context.CancelFunc
-	listener context.CancelFunc // nil until the first Subscribe
-	wg       sync.WaitGroup
+	mu     sync.Mutex
+	relays map[*core.Relay]struct{} // those of the live subscriptions, to wake
 }
 
 var _ message.Subscriber = (*OutboxSubscriber)(nil)
@@ -177,7 +177,7 @@ func NewOutboxSubscriber(store core.Store, cfg *OutboxSubscriberConfig) (*Outbox
 		}
 		return nil, err
 	}
-	return &OutboxSubscriber{store: store, cfg: c, relays: make(map[*core.Relay]context.CancelFunc)}, nil
+	return &OutboxSubscriber{store: store, cfg: c, subs: lifecycle.New(), relays: make(map[*core.Relay]struct{})}, nil
 }
 
 // Subscribe starts consuming the events bound for topic. The returned
@@ -187,79 +187,55 @@ func NewOutboxSubscriber(store core.Store, cfg *OutboxSubscriberConfig) (*Outbox
 // event's trace context), and is cancelled once the message is acknowledged
 // or given back.
 func (s *OutboxSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if topic == "" {
-		return nil, errors.New("outboxwatermill: subscribe: empty topic")
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, ErrClosed
-	}
-	subCtx, cancel := context.WithCancel(ctx)
-	out := make(chan *message.Message)
-	sub := &outboxSubscription{s: s, ctx: subCtx, out: out, topic: topic}
-	rc := s.cfg.relayConfig(topic)
-	store := unsupportedGuard{Store: s.store, fail: func(err error) {
-		s.cfg.Logger.Error("outboxwatermill: the store cannot claim by destination; subscription ended", "topic", topic, "error", err)
-		cancel()
-	}}
-	relay, err := core.NewRelay(store, core.PublisherFunc(sub.deliver), &rc)
+	out, err := s.subs.Subscribe(ctx, topic, func(ctx context.Context, stop context.CancelFunc, out chan<- *message.Message) (func(), error) {
+		sub := &outboxSubscription{s: s, ctx: ctx, out: out, topic: topic}
+		rc := s.cfg.relayConfig(topic)
+		store := unsupportedGuard{Store: s.store, fail: func(err error) {
+			s.cfg.Logger.Error("outboxwatermill: the store cannot claim by destination; subscription ended", "topic", topic, "error", err)
+			stop()
+		}}
+		relay, err := core.NewRelay(store, core.PublisherFunc(sub.deliver), &rc)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.relays[relay] = struct{}{}
+		s.mu.Unlock()
+		return func() {
+			_ = relay.Run(ctx) // errors only when run twice, which cannot happen here
+			s.mu.Lock()
+			delete(s.relays, relay)
+			s.mu.Unlock()
+		}, nil
+	})
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	s.relays[relay] = cancel
 	s.startListener()
-
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
-		defer cancel()
-		_ = relay.Run(subCtx) // errors only when run twice, which cannot happen here
-		s.mu.Lock()
-		delete(s.relays, relay)
-		s.mu.Unlock()
-	}()
 	return out, nil
 }
 
 // Close ends every subscription and waits for their channels to close. It is
 // idempotent.
 func (s *OutboxSubscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	for _, cancel := range s.relays {
-		cancel()
-	}
-	if s.listener != nil {
-		s.listener()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.subs.Close()
 	return nil
 }
 
 // startListener runs the store's Notifier, once per subscriber, waking every
-// subscription's relay. s.mu must be held.
+// subscription's relay.
 func (s *OutboxSubscriber) startListener() {
 	n, ok := s.store.(core.Notifier)
-	if !ok || s.cfg.DisableNotifier || s.listener != nil {
+	if !ok || s.cfg.DisableNotifier {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.listener = cancel
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := n.Listen(ctx, s.wakeAll); err != nil && ctx.Err() == nil {
-			s.cfg.Logger.Warn("outboxwatermill: outbox notifier stopped; subscriptions rely on polling", "error", err)
-		}
-	}()
+	s.listen.Do(func() {
+		s.subs.Go(func(ctx context.Context) {
+			if err := n.Listen(ctx, s.wakeAll); err != nil && ctx.Err() == nil {
+				s.cfg.Logger.Warn("outboxwatermill: outbox notifier stopped; subscriptions rely on polling", "error", err)
+			}
+		})
+	})
 }
 
 func (s *OutboxSubscriber) wakeAll() {
@@ -326,27 +302,16 @@ func (sub *outboxSubscription) deliverOne(ctx context.Context, e core.Event) err
 		return fmt.Errorf("outboxwatermill: event %s on topic %q was not taken within AckTimeout: %w", e.ID, sub.topic, ctx.Err())
 	}
 
-	select {
-	case <-msg.Acked():
-		return nil
-	case <-msg.Nacked():
-		return ErrNacked
-	case <-ctx.Done():
+	// Stopping, the handler gets CloseTimeout; otherwise ctx's error means
+	// AckTimeout passed.
+	err = lifecycle.AwaitAck(ctx, msg, sub.ctx.Done(), sub.s.cfg.CloseTimeout, sub.s.cfg.Clock)
+	switch {
+	case errors.Is(err, ErrClosed):
+		<-ctx.Done() // see deliver: released, not retried
+	case err != nil && err == ctx.Err():
+		return fmt.Errorf("outboxwatermill: message %s on topic %q was not acknowledged within AckTimeout: %w", e.ID, sub.topic, err)
 	}
-	if sub.ctx.Err() == nil {
-		return fmt.Errorf("outboxwatermill: message %s on topic %q was not acknowledged within AckTimeout: %w", e.ID, sub.topic, ctx.Err())
-	}
-	// Shutting down: give the handler CloseTimeout to finish.
-	t := sub.s.cfg.Clock.NewTimer(max(sub.s.cfg.CloseTimeout, 0))
-	defer t.Stop()
-	select {
-	case <-msg.Acked():
-		return nil
-	case <-msg.Nacked():
-		return ErrNacked
-	case <-t.C():
-		return ErrClosed
-	}
+	return err
 }
 
 // unsupportedGuard ends a subscription whose store cannot filter claims by

@@ -2,7 +2,6 @@ package qstashsub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/adapters/watermill/internal/lifecycle"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/qstash"
 )
@@ -110,14 +110,10 @@ type Subscriber struct {
 	contextFor func(context.Context, core.Event) context.Context
 	grace      time.Duration
 	clock      core.Clock
+	subs       *lifecycle.Subscriptions
 
-	mu      sync.Mutex
-	closed  bool
-	closing chan struct{}
-	topics  map[string]*qstashTopic
-	cancels map[int]context.CancelFunc // live subscriptions
-	nextID  int
-	wg      sync.WaitGroup
+	mu     sync.Mutex
+	topics map[string]*qstashTopic
 }
 
 // qstashTopic is where the deliveries of one topic meet its subscriptions.
@@ -153,11 +149,10 @@ func New(cfg *Config) (*Subscriber, error) {
 	s := &Subscriber{
 		topic:      c.Topic,
 		contextFor: c.ContextFor,
-		grace:      max(c.CloseTimeout, 0),
+		grace:      c.CloseTimeout,
 		clock:      c.Clock,
-		closing:    make(chan struct{}),
+		subs:       lifecycle.New(),
 		topics:     make(map[string]*qstashTopic),
-		cancels:    make(map[int]context.CancelFunc),
 	}
 	r, err := qstash.NewReceiver(&qstash.ReceiverConfig{
 		CurrentSigningKey: c.CurrentSigningKey,
@@ -189,14 +184,32 @@ func (s *Subscriber) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Subscribe returns the channel of topic's deliveries. It is closed once ctx
 // is done or the subscriber is closed.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
-	if topic == "" {
-		return nil, errors.New("qstashsub: subscribe: empty topic")
-	}
+	return s.subs.Subscribe(ctx, topic, func(ctx context.Context, _ context.CancelFunc, out chan<- *message.Message) (func(), error) {
+		t := s.join(topic)
+		return func() {
+			defer s.leave(t)
+			for {
+				select {
+				case msg := <-t.deliveries:
+					select {
+					case out <- msg:
+					case <-ctx.Done():
+						// Taken but not handed out: have QStash redeliver it.
+						msg.Nack()
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}, nil
+	})
+}
+
+// join counts a new subscription to topic and returns the topic.
+func (s *Subscriber) join(topic string) *qstashTopic {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, outboxwatermill.ErrClosed
-	}
 	t := s.topics[topic]
 	if t == nil {
 		t = &qstashTopic{deliveries: make(chan *message.Message)}
@@ -206,59 +219,23 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		t.idle = make(chan struct{})
 	}
 	t.subs++
-	subCtx, cancel := context.WithCancel(ctx)
-	id := s.nextID
-	s.nextID++
-	s.cancels[id] = cancel
-	out := make(chan *message.Message)
+	return t
+}
 
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(out)
-		defer func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			cancel()
-			delete(s.cancels, id)
-			if t.subs--; t.subs == 0 {
-				close(t.idle)
-			}
-		}()
-		for {
-			select {
-			case msg := <-t.deliveries:
-				select {
-				case out <- msg:
-				case <-subCtx.Done():
-					// Taken but not handed out: have QStash redeliver it.
-					msg.Nack()
-					return
-				}
-			case <-subCtx.Done():
-				return
-			}
-		}
-	}()
-	return out, nil
+// leave counts a subscription to t out.
+func (s *Subscriber) leave(t *qstashTopic) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t.subs--; t.subs == 0 {
+		close(t.idle)
+	}
 }
 
 // Close ends every subscription and waits for their channels to close.
 // Deliveries arriving afterwards are answered 500 (QStash retries them). It
 // is idempotent.
 func (s *Subscriber) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	close(s.closing)
-	for _, cancel := range s.cancels {
-		cancel()
-	}
-	s.mu.Unlock()
-	s.wg.Wait()
+	s.subs.Close()
 	return nil
 }
 
@@ -266,11 +243,12 @@ func (s *Subscriber) Close() error {
 // its topic and waits for the acknowledgement.
 func (s *Subscriber) handle(ctx context.Context, e core.Event) error {
 	topic := s.topic(e)
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	select {
+	case <-s.subs.Closing():
 		return outboxwatermill.ErrClosed
+	default:
 	}
+	s.mu.Lock()
 	t := s.topics[topic]
 	if t == nil || t.subs == 0 {
 		s.mu.Unlock()
@@ -294,33 +272,12 @@ func (s *Subscriber) handle(ctx context.Context, e core.Event) error {
 	case t.deliveries <- msg:
 	case <-idle:
 		return fmt.Errorf("%w %q (event %s)", ErrNoSubscription, topic, e.ID)
-	case <-s.closing:
+	case <-s.subs.Closing():
 		return outboxwatermill.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-
-	select {
-	case <-msg.Acked():
-		return nil
-	case <-msg.Nacked():
-		return outboxwatermill.ErrNacked
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closing:
-	}
-	tm := s.clock.NewTimer(s.grace)
-	defer tm.Stop()
-	select {
-	case <-msg.Acked():
-		return nil
-	case <-msg.Nacked():
-		return outboxwatermill.ErrNacked
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C():
-		return outboxwatermill.ErrClosed
-	}
+	return lifecycle.AwaitAck(ctx, msg, s.subs.Closing(), s.grace, s.clock)
 }
 
 // passThrough is a core.Deduper that runs every effect: the Watermill

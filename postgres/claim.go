@@ -31,6 +31,11 @@ const maxErrorBytes = 4096
 // "Now" is the database's now() unless req.Now is set, so relays on hosts
 // with skewed clocks agree on lease expiry.
 //
+// A due row the claim cannot lease, because its attempts count (set by a
+// foreign writer) is at the integer limit, is dead-lettered by the claim
+// with the reason in last_error and logged, and another row is claimed in
+// its place (see unleasable).
+//
 // Slot claims. While there is a backlog — the previous claim through this
 // Store came back full — and neither ordering nor a destination filter is
 // in use, a claim first takes the oldest due events of one slot of the
@@ -54,35 +59,47 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 	if err != nil {
 		return core.Batch{}, wrap("claim", err)
 	}
-	b, err := s.read(q, rows)
+	b, dead, err := s.read(ctx, q, rows)
 	if err != nil {
 		return core.Batch{}, err
 	}
-	return s.topUp(ctx, q, b), nil
+	return s.topUp(ctx, q, b, dead), nil
 }
 
-// read is q.read, noting how far the table's history reaches.
-func (s *Store) read(q claim, rows pgx.Rows) (core.Batch, error) {
-	b, err := q.read(rows)
-	if err == nil {
-		refs, _ := b.Lease.Handle.(*rowRefs)
-		s.sawPositions(refs)
+// read is q.read, noting how far the table's history reaches and logging
+// the rows the claim dead-lettered. It returns how many those were.
+func (s *Store) read(ctx context.Context, q claim, rows pgx.Rows) (core.Batch, int, error) {
+	b, dead, err := q.read(rows)
+	if err != nil {
+		return b, 0, err
 	}
-	return b, err
+	refs, _ := b.Lease.Handle.(*rowRefs)
+	s.sawPositions(refs)
+	if len(dead) > 0 {
+		s.cfg.Logger.WarnContext(ctx, "outbox claim dead-lettered events whose attempts count is at its limit; fix the writer, then replay them",
+			"schema", s.n.schema, "table", s.n.table, "events", len(dead), "event_ids", dead)
+	}
+	return b, len(dead), nil
 }
 
-// topUp records whether claim q came back full and, when q was a slot
-// claim that came back short, claims the rest of the batch from the whole
-// pending set under the same lease token. Should that second claim fail,
-// the slot's events are returned alone: they are leased already, and the
-// next claim looks again.
-func (s *Store) topUp(ctx context.Context, q claim, b core.Batch) core.Batch {
-	if len(b.Events) == q.limit || !q.slot {
-		s.backlog.Store(len(b.Events) == q.limit)
+// topUp records whether claim q came back full (counting the rows it
+// dead-lettered) and claims the rest of the batch under the same lease
+// token when q came back short although more may be due: a slot claim whose
+// slot had too few events claims from the whole pending set, and a claim
+// that spent part of its limit on rows it dead-lettered claims again. So a
+// short batch still means nothing more was due. Should that second claim
+// fail, the first one's events are returned alone: they are leased
+// already, and the next claim looks again.
+func (s *Store) topUp(ctx context.Context, q claim, b core.Batch, dead int) core.Batch {
+	if len(b.Events) == q.limit || !q.slot && dead == 0 {
+		s.backlog.Store(len(b.Events)+dead == q.limit)
 		return b
 	}
 	rest := q
-	rest.slot, rest.sql, rest.limit = false, s.claimSQL, q.limit-len(b.Events)
+	if q.slot {
+		rest.slot, rest.sql = false, s.claimSQL
+	}
+	rest.limit = q.limit - len(b.Events)
 	rest.args = append([]any(nil), q.args...)
 	rest.args[1] = rest.limit
 	rows, err := s.pool.Query(ctx, rest.sql, s.relayArgs(rest.args)...)
@@ -90,12 +107,15 @@ func (s *Store) topUp(ctx context.Context, q claim, b core.Batch) core.Batch {
 		s.backlog.Store(false)
 		return b
 	}
-	more, err := s.read(rest, rows)
-	if err != nil || len(more.Events) == 0 {
+	more, moreDead, err := s.read(ctx, rest, rows)
+	if err != nil {
 		s.backlog.Store(false)
 		return b
 	}
-	s.backlog.Store(len(b.Events)+len(more.Events) == q.limit)
+	s.backlog.Store(len(more.Events)+moreDead == rest.limit)
+	if len(more.Events) == 0 {
+		return b
+	}
 	return mergeBatches(b, more)
 }
 
@@ -157,32 +177,43 @@ func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
 	return q, nil
 }
 
-// read turns the claim's RETURNING rows into a batch, closing rows.
+// read turns the claim's RETURNING rows into a batch, closing rows. Rows
+// the claim dead-lettered (unleasable) are left out; their IDs come back
+// beside the batch.
 //
 // It scans each row straight into the batch's slice: events are large, and
 // a relay at full speed reads tens of thousands a second, so copying them
 // (and the garbage collector's write barriers on every copied pointer)
 // shows in its profile.
-func (q claim) read(rows pgx.Rows) (core.Batch, error) {
+func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, error) {
 	defer rows.Close()
 	events := make([]core.Event, 0, q.limit)
 	keys := make([]claimKey, 0, q.limit)
 	var until time.Time
 	var sc eventScanner
 	var dst []any
+	var deadLettered bool
+	var dead []core.ID
 	for rows.Next() {
 		events = append(events, core.Event{})
 		keys = append(keys, claimKey{i: len(keys)})
 		e, k := &events[len(events)-1], &keys[len(keys)-1]
-		dst = append(sc.appendDests(dst[:0], e), &until, &k.pos, &k.tid)
+		var leaseUntil pgtype.Timestamptz
+		dst = append(sc.appendDests(dst[:0], e), &leaseUntil, &k.pos, &k.tid, &deadLettered)
 		if err := rows.Scan(dst...); err != nil {
-			return core.Batch{}, wrap("claim: read event", err)
+			return core.Batch{}, nil, wrap("claim: read event", err)
 		}
+		if deadLettered {
+			dead = append(dead, sc.id.Bytes)
+			events, keys = events[:len(events)-1], keys[:len(keys)-1]
+			continue
+		}
+		until = leaseUntil.Time
 		sc.finish(e)
 		k.avail = e.AvailableAt
 	}
 	if err := rows.Err(); err != nil {
-		return core.Batch{}, wrap("claim", err)
+		return core.Batch{}, nil, wrap("claim", err)
 	}
 	// RETURNING order is unspecified (with the TID scan it is the rows'
 	// physical order); restore the claim order. Sorting here rather than
@@ -200,7 +231,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, error) {
 	for j := range events {
 		refs.ids[j], refs.tids[j], refs.pos[j] = events[j].ID, keys[j].tid, keys[j].pos
 	}
-	return core.Batch{Lease: core.Lease{Token: q.token, Until: until, Handle: refs}, Events: events, PayloadsAreJSON: true}, nil
+	return core.Batch{Lease: core.Lease{Token: q.token, Until: until, Handle: refs}, Events: events, PayloadsAreJSON: true}, dead, nil
 }
 
 // claimKey is what the claim order and the settlement need of a claimed
@@ -502,7 +533,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		err = wrap("settle and claim", errors.Join(err, br.Close()))
 		return core.Batch{}, err, err
 	}
-	batch, claimErr := s.read(cq, rows)
+	batch, dead, claimErr := s.read(ctx, cq, rows)
 	if err := br.Close(); err != nil {
 		// The implicit transaction did not commit: neither statement took
 		// effect.
@@ -510,7 +541,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		return core.Batch{}, err, err
 	}
 	if claimErr == nil {
-		batch = s.topUp(ctx, cq, batch)
+		batch = s.topUp(ctx, cq, batch, dead)
 	}
 	return batch, s.settleUnmatched(ctx, sq, sreq, settleErr), claimErr
 }

@@ -55,6 +55,10 @@
 //
 // Use UUID v7 IDs where you can (new rows then land at the edge of the
 // primary-key index); gen_random_uuid() is the column's default otherwise.
+// No row's values can stop the relay: a row it cannot use (an attempts
+// count at the integer limit, a nil ID, an empty type) is dead-lettered
+// with the reason in last_error, and the others flow (docs/SCHEMA.md,
+// "Rows from foreign writers").
 // With per-aggregate ordering, also bump the aggregate's counter in the same
 // transaction and store the result as sequence (docs/SCHEMA.md has the
 // statement).

@@ -33,3 +33,7 @@ func (s *Store) SetBeforeNotifyForTest(f func()) { s.notifier.beforeSend = f }
 // stage (plans.go), so its relay statements are prepared from the first
 // call and a settlement and the next claim share one pipelined round trip.
 func (s *Store) SetGrownForTest() { s.grown.Store(true) }
+
+// ValidateCheckMaxBytesForTest is the table size up to which migration 006
+// validates its check under the migration's lock.
+const ValidateCheckMaxBytesForTest = validateCheckMaxBytes

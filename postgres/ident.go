@@ -76,6 +76,9 @@ type names struct {
 	aggregateIdx string
 	processedIdx string
 	slotIdx      string
+
+	// Unqualified constraint names.
+	attemptsCheck string
 }
 
 func newNames(schema, table string) (names, error) {
@@ -101,6 +104,8 @@ func newNames(schema, table string) (names, error) {
 		aggregateIdx: q(table + "_aggregate_idx"),
 		processedIdx: q(table + "_processed_at_idx"),
 		slotIdx:      q(table + "_slot_idx"),
+
+		attemptsCheck: q(table + "_attempts_check"),
 	}, nil
 }
 

@@ -370,12 +370,24 @@ func (m *Migrator) appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]stru
 	return done, nil
 }
 
-// templateNames are the fields migration templates may use: every one is a
-// validated, quoted identifier.
+// templateNames are the fields migration templates may use: every string
+// is a validated, quoted identifier, every other field a number of the
+// package's own.
 type templateNames struct {
 	Schema, Outbox, Aggregates, Processed, ClaimSlot                                   string
 	PendingIndex, PublishedIndex, DeadIndex, AggregateIndex, ProcessedIndex, SlotIndex string
+	AttemptsCheck                                                                      string
+
+	// ValidateMaxBytes is validateCheckMaxBytes.
+	ValidateMaxBytes int64
 }
+
+// validateCheckMaxBytes is the largest table (main fork) whose new check
+// constraint a migration validates in its own transaction, under the
+// ACCESS EXCLUSIVE lock the ALTER TABLE took: 64 MiB scans in well under a
+// second. A larger table's check is left NOT VALID for the operator to
+// validate without that lock (docs/SCHEMA.md).
+const validateCheckMaxBytes = 64 << 20
 
 // renderMigrations reads the embedded templates, pairs up and down files by
 // version, and renders them for n.
@@ -384,6 +396,7 @@ func renderMigrations(n names) ([]Migration, error) {
 		Schema: n.schemaQ, Outbox: n.outbox, Aggregates: n.aggregates, Processed: n.processed, ClaimSlot: n.claimSlot,
 		PendingIndex: n.pendingIdx, PublishedIndex: n.publishedIdx, DeadIndex: n.deadIdx,
 		AggregateIndex: n.aggregateIdx, ProcessedIndex: n.processedIdx, SlotIndex: n.slotIdx,
+		AttemptsCheck: n.attemptsCheck, ValidateMaxBytes: validateCheckMaxBytes,
 	}
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {

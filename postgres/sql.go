@@ -166,9 +166,11 @@ func claimWhere(n names, ordered, byDestination bool, slot string) string {
 			AND p.published_at IS NULL AND p.dead_at IS NULL))`
 	}
 	return `UPDATE ` + n.outbox + ` t
-SET lease_token = $3,
-	lease_until = COALESCE($1::timestamptz, now()) + $4::interval,
-	attempts = t.attempts + 1
+SET lease_token = CASE WHEN ` + unleasable + ` THEN NULL ELSE $3::uuid END,
+	lease_until = CASE WHEN ` + unleasable + ` THEN NULL ELSE COALESCE($1::timestamptz, now()) + $4::interval END,
+	attempts = CASE WHEN ` + unleasable + ` THEN t.attempts ELSE greatest(t.attempts, 0) + 1 END,
+	dead_at = CASE WHEN ` + unleasable + ` THEN COALESCE($1::timestamptz, now()) ELSE t.dead_at END,
+	last_error = CASE WHEN ` + unleasable + ` THEN ` + quoteLiteral(unleasableReason) + ` ELSE t.last_error END
 WHERE t.ctid = ANY(ARRAY(
 	SELECT o.ctid FROM ` + n.outbox + ` o
 	WHERE o.published_at IS NULL AND o.dead_at IS NULL
@@ -177,8 +179,27 @@ WHERE t.ctid = ANY(ARRAY(
 	ORDER BY o.available_at, o.pos
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED))
-RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid`
+RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.dead_at IS NOT NULL`
 }
+
+// A claim must not fail on any row's values: the row it fails on is the
+// oldest due one, so every later claim meets it again and nothing is ever
+// relayed. The one value that can fail the claim statement is an attempts
+// count at the integer limit (only a foreign writer can set it): counting
+// the claim would overflow. Such a row is dead-lettered by the claim
+// itself, with unleasableReason as its last error, and left out of the
+// batch; the rest of the batch is leased as usual. A negative count (which
+// migration 006 refuses, but rows written before it may hold) counts from
+// zero, so it buys no extra retries.
+//
+// Nothing else in the claim computes with a row's values: the lease expiry
+// is the claim's own now plus the lease, and every other column is read,
+// not computed (timestamps of 'infinity', any jsonb payload, headers that
+// are not strings: eventScanner copes with each).
+const (
+	unleasable       = `t.attempts >= 2147483647`
+	unleasableReason = `outboxkit/postgres: attempts is 2147483647, the largest count the column holds, so the claim could not count another attempt and dead-lettered the event; find the writer that set it, then replay the event (a replay resets attempts)`
+)
 
 // Outcome kinds as stored in settle's kind array. They are this package's
 // own numbers, independent of core's constants.
@@ -273,6 +294,10 @@ func settleTIDSQL(n names) string {
 	return settleUpdate(n, outcomesByTID("$7"))
 }
 
+// settleUpdate's attempts arithmetic cannot overflow and never leaves a
+// negative count, whatever the row holds: giving an attempt back starts
+// from at least one (greatest(attempts - 1, 0) fails on the smallest
+// integer), and the other outcomes keep the count.
 func settleUpdate(n names, outcomes string) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) ELSE t.published_at END,
@@ -280,7 +305,7 @@ SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) EL
 	available_at = CASE WHEN s.kind IN (2, 5)
 		THEN COALESCE($2::timestamptz, now()) + s.delay_us * interval '1 microsecond'
 		ELSE t.available_at END,
-	attempts = CASE WHEN s.kind IN (4, 5) THEN greatest(t.attempts - 1, 0) ELSE t.attempts END,
+	attempts = CASE WHEN s.kind IN (4, 5) THEN greatest(t.attempts, 1) - 1 ELSE greatest(t.attempts, 0) END,
 	last_error = CASE WHEN s.kind IN (2, 3, 5) THEN s.error ELSE t.last_error END,
 	lease_token = NULL,
 	lease_until = NULL

@@ -1,0 +1,1 @@
+ALTER TABLE {{.Outbox}} DROP CONSTRAINT IF EXISTS {{.AttemptsCheck}};

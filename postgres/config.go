@@ -2,11 +2,11 @@ package postgres
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/logs"
 )
 
 // DefaultMaxPayloadBytes is 1 MiB: the message size limit of QStash's
@@ -89,9 +89,9 @@ type Config struct {
 	// nil.
 	BeforeAdd func(ctx context.Context, e *core.Event)
 
-	// Logger receives the listener's reconnection warnings and the failures
-	// of after-commit notifications (Store.Notify). Defaults to a logger
-	// that discards.
+	// Logger receives the listener's reconnection warnings, the failures
+	// of after-commit notifications (Store.Notify) and the events a claim
+	// dead-lettered. Defaults to slog.Default() at warn level.
 	Logger *slog.Logger
 }
 
@@ -115,9 +115,7 @@ func (c Config) WithDefaults() Config {
 	if c.ListenBackoffMax == 0 {
 		c.ListenBackoffMax = 10 * time.Second
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Logger = logs.OrDefault(c.Logger)
 	return c
 }
 
@@ -180,8 +178,9 @@ type MigrateConfig struct {
 	// Table is the outbox table's name; the other tables are named after it.
 	// Defaults to "outbox_events".
 	Table string
-	// Logger receives a line per applied or reverted version. Defaults to a
-	// logger that discards.
+	// Logger receives a line per applied or reverted version, at info
+	// level. Defaults to slog.Default() at warn level, which leaves those
+	// lines out: pass a logger to see them.
 	Logger *slog.Logger
 }
 
@@ -193,9 +192,7 @@ func (c MigrateConfig) WithDefaults() MigrateConfig {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
+	c.Logger = logs.OrDefault(c.Logger)
 	return c
 }
 

@@ -17,7 +17,11 @@
 // hand-applied scripts can be mixed. docs/SCHEMA.md shows the script and
 // explains every column and index. Nothing is ever created implicitly,
 // least of all inside a caller's transaction: an unmigrated schema fails with
-// ErrNotMigrated.
+// ErrNotMigrated. Store.Check (core.Checker, which Relay.Run calls before
+// starting) tells at once whether the database answers and the schema is
+// at the migration version this build needs, and what to run if not.
+//
+// Logs go to Config.Logger, by default slog.Default() at warn level.
 //
 // Schema and table names are configuration, so several tenants can share a
 // database. They must be plain identifiers (letters, digits, underscores, not
@@ -75,8 +79,8 @@
 // passes its own time instead.
 //
 // The store also implements core.Notifier (Listen), core.StatsReader,
-// core.Replayer and core.Pruner, and offers operators Get, DeadLetters and
-// Purge.
+// core.Replayer, core.Pruner and core.Checker (Check), and offers operators
+// Get, DeadLetters and Purge.
 //
 // # Waking relays
 //

@@ -22,7 +22,8 @@ type DBTX interface {
 // transactions (and, with NotifyAfterCommit, Notify after committing them);
 // relays use it as a core.Store through Claim and Settle, and
 // discover its optional capabilities (core.Notifier, core.StatsReader,
-// core.Replayer, core.Pruner) by type assertion. Operators have Get,
+// core.Replayer, core.Pruner, core.SettleClaimer, core.Checker) by type
+// assertion. Operators have Get,
 // DeadLetters and Purge.
 //
 // A Store is safe for concurrent use, and any number of Stores in any number
@@ -63,6 +64,7 @@ var (
 	_ core.Replayer      = (*Store)(nil)
 	_ core.Pruner        = (*Store)(nil)
 	_ core.SettleClaimer = (*Store)(nil)
+	_ core.Checker       = (*Store)(nil)
 )
 
 // New returns a Store on pool, which serves the relay side (claims,

@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
-	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/wmtest"
 )
 
 func fullEvent() core.Event {

@@ -11,9 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
-	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/core/coretest"
+	"github.com/outboxkit/outboxkit/internal/wmtest"
 )
 
 // TestPublisherConformanceGoChannel runs the core.Publisher suite over

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
+	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
@@ -56,25 +57,25 @@ var suitePublisherConfig = &outboxwatermill.TxPublisherConfig{WrapNonJSON: true,
 func TestPubSubMemory(t *testing.T) {
 	t.Parallel()
 	store := memory.NewStore(nil)
-	tests.TestPubSub(t, outboxFeatures, func(t *testing.T) (message.Publisher, message.Subscriber) {
-		pub, err := outboxwatermill.NewTxPublisher(memoryAdder(store), struct{}{}, suitePublisherConfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sub, err := outboxwatermill.NewOutboxSubscriber(store, fastSubscriber())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pub, sub
-	}, nil)
+	testPubSub(t, store, func() (*outboxwatermill.TxPublisher, error) {
+		return outboxwatermill.NewTxPublisher(memoryAdder(store), struct{}{}, suitePublisherConfig)
+	})
 }
 
 func TestPubSubPostgres(t *testing.T) {
 	t.Parallel()
 	pool, store := newPostgresStore(t, 20)
-	tests.TestPubSub(t, outboxFeatures, func(t *testing.T) (message.Publisher, message.Subscriber) {
+	testPubSub(t, store, func() (*outboxwatermill.TxPublisher, error) {
 		// The pool as the "transaction": each Publish commits on its own.
-		pub, err := outboxwatermill.NewTxPublisher[postgres.DBTX](store, pool, suitePublisherConfig)
+		return outboxwatermill.NewTxPublisher[postgres.DBTX](store, pool, suitePublisherConfig)
+	})
+}
+
+// testPubSub runs Watermill's suite over TxPublishers from newPub and
+// OutboxSubscribers of store.
+func testPubSub(t *testing.T, store core.Store, newPub func() (*outboxwatermill.TxPublisher, error)) {
+	tests.TestPubSub(t, outboxFeatures, func(t *testing.T) (message.Publisher, message.Subscriber) {
+		pub, err := newPub()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
-	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/wmtest"
 	"github.com/outboxkit/outboxkit/postgres"
 	"github.com/outboxkit/outboxkit/tracing"
 )

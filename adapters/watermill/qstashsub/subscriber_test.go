@@ -23,9 +23,9 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
-	"github.com/outboxkit/outboxkit/adapters/watermill/internal/wmtest"
 	"github.com/outboxkit/outboxkit/adapters/watermill/qstashsub"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/wmtest"
 	"github.com/outboxkit/outboxkit/qstash"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 	"github.com/outboxkit/outboxkit/tracing"
@@ -172,16 +172,7 @@ func TestQStashSubscriberFeedsARouter(t *testing.T) {
 		_, err = deduper.Once(msg.Context(), core.DedupeKey{Consumer: "orders", EventID: e.ID}, func(context.Context) error { return nil })
 		return err
 	})
-	runCtx, stop := context.WithCancel(context.Background())
-	routerDone := make(chan error, 1)
-	go func() { routerDone <- router.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-routerDone; err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	<-router.Running()
+	wmtest.RunRouter(t, router)
 
 	rig.relay(t, events...)
 	wmtest.WaitFor(t, 30*time.Second, "every event handled successfully after one failure", func() bool {
@@ -287,11 +278,7 @@ func TestQStashSubscriberAnswers(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("forged delivery answered %d, want 401", resp.StatusCode)
 	}
-	select {
-	case m := <-ch:
-		t.Fatalf("a forged delivery was handed out: %s", m.UUID)
-	default:
-	}
+	wmtest.NoMessage(t, ch, "a forged delivery")
 }
 
 // TestQStashSubscriberCapturedDeliveryIsNotReplayed: a delivery relayed
@@ -435,11 +422,7 @@ func TestQStashSubscriberRefusesReplaysAndUnsignedAttributes(t *testing.T) {
 			t.Errorf("replay answered %d, want 401", rec.Code)
 		}
 	}
-	select {
-	case m := <-ch:
-		t.Fatalf("a replayed delivery was handed out: %s", m.UUID)
-	default:
-	}
+	wmtest.NoMessage(t, ch, "a replayed delivery")
 }
 
 // newDirectQStashSubscriber returns a subscriber for requests signed with

@@ -1,5 +1,3 @@
-// Package wmtest holds what the tests of this module's packages share:
-// waiting on a condition, receiving from a subscription, a minimal event.
 package wmtest
 
 import (
@@ -51,4 +49,18 @@ func Receive(t testing.TB, ch <-chan *message.Message, timeout time.Duration) *m
 		t.Fatalf("no message within %s", timeout)
 	}
 	return nil
+}
+
+// NoMessage fails the test if a message is waiting on ch, reporting it as
+// what (a forged delivery, say). It does not wait: call it once whatever
+// could have sent one has returned.
+func NoMessage(t testing.TB, ch <-chan *message.Message, what string) {
+	t.Helper()
+	select {
+	case m, ok := <-ch:
+		if ok {
+			t.Fatalf("%s was handed out: %s", what, m.UUID)
+		}
+	default:
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/qstash"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 	"github.com/outboxkit/outboxkit/tracing"
@@ -38,7 +39,7 @@ func TestEndToEndThroughQStash(t *testing.T) {
 		t.Fatal(err)
 	}
 	hookURL := "http://" + ln.Addr().String() + "/hooks/orders"
-	env := newOtelEnv(t,
+	env := interoptest.NewOTelEnv(t,
 		tracing.WithMeterProvider(mp),
 		tracing.WithMessagingSystem("qstash"),
 		tracing.WithDestination(func(core.Event) string { return hookURL }))
@@ -57,7 +58,7 @@ func TestEndToEndThroughQStash(t *testing.T) {
 
 	// The consumer.
 	handler := core.HandlerFunc(func(ctx context.Context, e core.Event) error {
-		_, span := env.tracer().Start(ctx, "ship order")
+		_, span := env.Tracer().Start(ctx, "ship order")
 		span.End()
 		return nil
 	})
@@ -65,8 +66,8 @@ func TestEndToEndThroughQStash(t *testing.T) {
 		CurrentSigningKey: qstashdev.DefaultCurrentSigningKey,
 		NextSigningKey:    qstashdev.DefaultNextSigningKey,
 		URL:               hookURL,
-		Handler:           core.ChainHandler(handler, tracing.HandlerMiddleware(env.opts...)),
-		Deduper:           tracing.Deduper(memory.NewDeduper(), env.opts...),
+		Handler:           core.ChainHandler(handler, tracing.HandlerMiddleware(env.Opts...)),
+		Deduper:           tracing.Deduper(memory.NewDeduper(), env.Opts...),
 		Consumer:          "shipping",
 	})
 	if err != nil {
@@ -90,17 +91,17 @@ func TestEndToEndThroughQStash(t *testing.T) {
 	}
 	defer pub.Close()
 	relay, err := core.NewRelay(store, pub, &core.RelayConfig{
-		Middleware: []core.PublisherMiddleware{tracing.PublisherMiddleware(env.opts...)},
-		Hooks:      []core.RelayHook{tracing.RelayHook(env.opts...)},
+		Middleware: []core.PublisherMiddleware{tracing.PublisherMiddleware(env.Opts...)},
+		Hooks:      []core.RelayHook{tracing.RelayHook(env.Opts...)},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	reqCtx, req := env.tracer().Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
-	e := mustEvent(t, "order.placed")
+	reqCtx, req := env.Tracer().Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+	e := interoptest.MustEvent(t, "order.placed")
 	events := []core.Event{e}
-	tracing.Inject(reqCtx, events, env.opts...)
+	tracing.Inject(reqCtx, events, env.Opts...)
 	if err := store.Add(reqCtx, events...); err != nil {
 		t.Fatal(err)
 	}
@@ -116,10 +117,10 @@ func TestEndToEndThroughQStash(t *testing.T) {
 		t.Fatalf("delivery failed into the DLQ: %+v", got)
 	}
 
-	request := env.oneSpan(t, "POST /orders", core.ID{})
-	publish := env.oneSpan(t, "publish "+hookURL, e.ID)
-	process := env.oneSpan(t, "process "+hookURL, e.ID)
-	ship := env.oneSpan(t, "ship order", core.ID{})
+	request := env.OneSpan(t, "POST /orders", core.ID{})
+	publish := env.OneSpan(t, "publish "+hookURL, e.ID)
+	process := env.OneSpan(t, "process "+hookURL, e.ID)
+	ship := env.OneSpan(t, "ship order", core.ID{})
 	traceID := request.SpanContext().TraceID()
 	for name, got := range map[string]trace.TraceID{
 		"publish": publish.SpanContext().TraceID(), "process": process.SpanContext().TraceID(), "ship order": ship.SpanContext().TraceID(),
@@ -137,9 +138,9 @@ func TestEndToEndThroughQStash(t *testing.T) {
 	if ship.Parent().SpanID() != process.SpanContext().SpanID() {
 		t.Errorf("handler span's parent = %s, want the consumer span", ship.Parent().SpanID())
 	}
-	wantAttrs(t, publish, attribute.String("messaging.system", "qstash"), attribute.String("messaging.message.id", e.ID.String()),
+	interoptest.WantAttrs(t, publish, attribute.String("messaging.system", "qstash"), attribute.String("messaging.message.id", e.ID.String()),
 		attribute.String("messaging.destination.name", hookURL))
-	wantAttrs(t, process, attribute.String("messaging.system", "qstash"), attribute.String("messaging.message.id", e.ID.String()))
+	interoptest.WantAttrs(t, process, attribute.String("messaging.system", "qstash"), attribute.String("messaging.message.id", e.ID.String()))
 
 	ms := collect(t, reader)
 	if got := point[int64](t, metricNamed(t, ms, tracing.MetricEventsSettled, "{event}"), attribute.String("outboxkit.outcome", "published")); got != 1 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/tracing"
 )
 
@@ -22,7 +23,7 @@ import (
 // under HandlerMiddleware. All spans must form one trace.
 func TestOneTraceFromRequestToHandler(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t,
+	env := interoptest.NewOTelEnv(t,
 		tracing.WithMessagingSystem("test-transport"),
 		tracing.WithDestination(func(core.Event) string { return "orders" }))
 	ctx := context.Background()
@@ -31,12 +32,12 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	// The producing request.
 	member, _ := baggage.NewMember("tenant", "acme")
 	bag, _ := baggage.New(member)
-	reqCtx, req := env.tracer().Start(baggage.ContextWithBaggage(ctx, bag), "request")
-	placed := mustEvent(t, "order.placed")
+	reqCtx, req := env.Tracer().Start(baggage.ContextWithBaggage(ctx, bag), "request")
+	placed := interoptest.MustEvent(t, "order.placed")
 	placed.AggregateType, placed.AggregateID = "order", "42"
-	rejected := mustEvent(t, "order.rejected")
+	rejected := interoptest.MustEvent(t, "order.rejected")
 	events := []core.Event{placed, rejected}
-	tracing.Inject(reqCtx, events, env.opts...)
+	tracing.Inject(reqCtx, events, env.Opts...)
 	if err := store.Add(reqCtx, events...); err != nil {
 		t.Fatal(err)
 	}
@@ -46,14 +47,14 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	var gotTenant string
 	var handled int
 	consumer := core.ChainHandler(core.HandlerFunc(func(ctx context.Context, e core.Event) error {
-		_, span := env.tracer().Start(ctx, "apply "+e.Type)
+		_, span := env.Tracer().Start(ctx, "apply "+e.Type)
 		defer span.End()
 		gotTenant = baggage.FromContext(ctx).Member("tenant").Value()
 		handled++
 		return nil
 	}),
-		tracing.HandlerMiddleware(env.opts...),
-		core.Idempotent(tracing.Deduper(memory.NewDeduper(), env.opts...), "billing"))
+		tracing.HandlerMiddleware(env.Opts...),
+		core.Idempotent(tracing.Deduper(memory.NewDeduper(), env.Opts...), "billing"))
 
 	// The transport: CloudEvents headers on the wire, a fresh context on the
 	// other side; it refuses rejected orders for good.
@@ -75,7 +76,7 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 	})
 
 	relay, err := core.NewRelay(store, transport, &core.RelayConfig{
-		Middleware: []core.PublisherMiddleware{tracing.PublisherMiddleware(env.opts...)},
+		Middleware: []core.PublisherMiddleware{tracing.PublisherMiddleware(env.Opts...)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -87,10 +88,10 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 		t.Fatalf("handled %d events with baggage tenant %q; want 1 and acme", handled, gotTenant)
 	}
 
-	request := env.oneSpan(t, "request", core.ID{})
-	publish := env.oneSpan(t, "publish orders", placed.ID)
-	process := env.oneSpan(t, "process orders", placed.ID)
-	apply := env.oneSpan(t, "apply order.placed", core.ID{})
+	request := env.OneSpan(t, "request", core.ID{})
+	publish := env.OneSpan(t, "publish orders", placed.ID)
+	process := env.OneSpan(t, "process orders", placed.ID)
+	apply := env.OneSpan(t, "apply order.placed", core.ID{})
 
 	traceID := request.SpanContext().TraceID()
 	for _, s := range []interface {
@@ -123,18 +124,18 @@ func TestOneTraceFromRequestToHandler(t *testing.T) {
 		attribute.String("cloudevents.event_type", "order.placed"),
 		attribute.String("cloudevents.event_subject", "42"),
 	}
-	wantAttrs(t, publish, append(common, attribute.String("messaging.operation.type", "send"), attribute.Int("outboxkit.event.attempts", 1))...)
-	wantAttrs(t, process, append(common, attribute.String("messaging.operation.type", "process"), attribute.Bool("outboxkit.dedupe.applied", true))...)
+	interoptest.WantAttrs(t, publish, append(common, attribute.String("messaging.operation.type", "send"), attribute.Int("outboxkit.event.attempts", 1))...)
+	interoptest.WantAttrs(t, process, append(common, attribute.String("messaging.operation.type", "process"), attribute.Bool("outboxkit.dedupe.applied", true))...)
 
-	failed := env.oneSpan(t, "publish orders", rejected.ID)
+	failed := env.OneSpan(t, "publish orders", rejected.ID)
 	if failed.Status().Code != codes.Error {
 		t.Errorf("rejected publish status = %v, want error", failed.Status())
 	}
 	if failed.SpanContext().TraceID() != traceID || failed.Parent().SpanID() != request.SpanContext().SpanID() {
 		t.Errorf("rejected publish is not a child of the request span")
 	}
-	wantAttrs(t, failed, attribute.String("error.type", "permanent"), attribute.Bool("outboxkit.error.permanent", true))
-	if got := env.spansNamed("process orders"); len(got) != 1 {
+	interoptest.WantAttrs(t, failed, attribute.String("error.type", "permanent"), attribute.Bool("outboxkit.error.permanent", true))
+	if got := env.SpansNamed("process orders"); len(got) != 1 {
 		t.Errorf("%d consumer spans, want 1 (the rejected event never reached the consumer)", len(got))
 	}
 

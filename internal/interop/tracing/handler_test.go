@@ -11,23 +11,24 @@ import (
 
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/tracing"
 )
 
 func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t, tracing.WithMessagingSystem("nats"))
-	_, producer := env.tracer().Start(context.Background(), "producer", trace.WithSpanKind(trace.SpanKindProducer))
-	e := mustEvent(t, "order.placed")
+	env := interoptest.NewOTelEnv(t, tracing.WithMessagingSystem("nats"))
+	_, producer := env.Tracer().Start(context.Background(), "producer", trace.WithSpanKind(trace.SpanKindProducer))
+	e := interoptest.MustEvent(t, "order.placed")
 	events := []core.Event{e}
-	tracing.Inject(trace.ContextWithSpan(context.Background(), producer), events, env.opts...)
+	tracing.Inject(trace.ContextWithSpan(context.Background(), producer), events, env.Opts...)
 	producer.End()
 
 	// The receiver's own server span is ambient in ctx.
-	ctx, server := env.tracer().Start(context.Background(), "POST /hooks", trace.WithSpanKind(trace.SpanKindServer))
+	ctx, server := env.Tracer().Start(context.Background(), "POST /hooks", trace.WithSpanKind(trace.SpanKindServer))
 	defer server.End()
 	var inHandler trace.SpanContext
-	h := tracing.HandlerMiddleware(env.opts...)(core.HandlerFunc(func(ctx context.Context, e core.Event) error {
+	h := tracing.HandlerMiddleware(env.Opts...)(core.HandlerFunc(func(ctx context.Context, e core.Event) error {
 		inHandler = trace.SpanContextFromContext(ctx)
 		return errors.New("database down")
 	}))
@@ -35,7 +36,7 @@ func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
 		t.Fatal("handler error swallowed")
 	}
 
-	span := env.oneSpan(t, "process", e.ID)
+	span := env.OneSpan(t, "process", e.ID)
 	if span.SpanKind() != trace.SpanKindConsumer {
 		t.Errorf("kind = %v, want consumer", span.SpanKind())
 	}
@@ -54,7 +55,7 @@ func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
 	if inHandler.SpanID() != span.SpanContext().SpanID() {
 		t.Errorf("handler runs under span %s, want the consumer span", inHandler.SpanID())
 	}
-	wantAttrs(t, span,
+	interoptest.WantAttrs(t, span,
 		attribute.String("messaging.system", "nats"),
 		attribute.String("messaging.operation.type", "process"),
 		attribute.String("messaging.message.id", e.ID.String()),
@@ -67,23 +68,23 @@ func TestHandlerMiddlewareContinuesTheEventsTrace(t *testing.T) {
 
 func TestHandlerMiddlewareNestsUnderAServerSpanOfTheSameTrace(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
-	_, producer := env.tracer().Start(context.Background(), "producer", trace.WithSpanKind(trace.SpanKindProducer))
-	events := []core.Event{mustEvent(t, "a")}
-	tracing.Inject(trace.ContextWithSpan(context.Background(), producer), events, env.opts...)
+	env := interoptest.NewOTelEnv(t)
+	_, producer := env.Tracer().Start(context.Background(), "producer", trace.WithSpanKind(trace.SpanKindProducer))
+	events := []core.Event{interoptest.MustEvent(t, "a")}
+	tracing.Inject(trace.ContextWithSpan(context.Background(), producer), events, env.Opts...)
 	producer.End()
 
 	// An instrumented HTTP server extracted the forwarded traceparent: its
 	// span is a child of the producer.
-	serverCtx := env.prop.Extract(context.Background(), tracing.HeaderCarrier(events[0].Headers))
-	ctx, server := env.tracer().Start(serverCtx, "POST /hooks", trace.WithSpanKind(trace.SpanKindServer))
-	h := tracing.HandlerMiddleware(env.opts...)(core.HandlerFunc(func(context.Context, core.Event) error { return nil }))
+	serverCtx := env.Prop.Extract(context.Background(), tracing.HeaderCarrier(events[0].Headers))
+	ctx, server := env.Tracer().Start(serverCtx, "POST /hooks", trace.WithSpanKind(trace.SpanKindServer))
+	h := tracing.HandlerMiddleware(env.Opts...)(core.HandlerFunc(func(context.Context, core.Event) error { return nil }))
 	if err := h.Handle(ctx, events[0]); err != nil {
 		t.Fatal(err)
 	}
 	server.End()
 
-	span := env.oneSpan(t, "process", events[0].ID)
+	span := env.OneSpan(t, "process", events[0].ID)
 	if span.Parent().SpanID() != server.SpanContext().SpanID() {
 		t.Errorf("consumer span parent = %s, want the server span %s", span.Parent().SpanID(), server.SpanContext().SpanID())
 	}
@@ -97,12 +98,12 @@ func TestHandlerMiddlewareNestsUnderAServerSpanOfTheSameTrace(t *testing.T) {
 
 func TestHandlerMiddlewareWithoutTraceContext(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
-	h := tracing.HandlerMiddleware(env.opts...)(core.HandlerFunc(func(context.Context, core.Event) error { return nil }))
-	if err := h.Handle(context.Background(), mustEvent(t, "a")); err != nil {
+	env := interoptest.NewOTelEnv(t)
+	h := tracing.HandlerMiddleware(env.Opts...)(core.HandlerFunc(func(context.Context, core.Event) error { return nil }))
+	if err := h.Handle(context.Background(), interoptest.MustEvent(t, "a")); err != nil {
 		t.Fatal(err)
 	}
-	span := env.oneSpan(t, "process", core.ID{})
+	span := env.OneSpan(t, "process", core.ID{})
 	if span.Parent().IsValid() || len(span.Links()) != 0 {
 		t.Errorf("root consumer span got parent %v, links %v", span.Parent(), span.Links())
 	}
@@ -110,27 +111,27 @@ func TestHandlerMiddlewareWithoutTraceContext(t *testing.T) {
 
 func TestHandlerMiddlewarePanicEndsSpan(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
+	env := interoptest.NewOTelEnv(t)
 	h := core.ChainHandler(core.HandlerFunc(func(context.Context, core.Event) error { panic("boom") }),
-		core.Recover(), tracing.HandlerMiddleware(env.opts...))
+		core.Recover(), tracing.HandlerMiddleware(env.Opts...))
 	// Recover is outside: the panic goes through the middleware, which must
 	// still end its span.
 	var pe *core.PanicError
-	if err := h.Handle(context.Background(), mustEvent(t, "a")); !errors.As(err, &pe) {
+	if err := h.Handle(context.Background(), interoptest.MustEvent(t, "a")); !errors.As(err, &pe) {
 		t.Fatalf("Handle = %v, want a *core.PanicError", err)
 	}
-	span := env.oneSpan(t, "process", core.ID{})
-	wantAttrs(t, span, attribute.String("error.type", "panic"))
+	span := env.OneSpan(t, "process", core.ID{})
+	interoptest.WantAttrs(t, span, attribute.String("error.type", "panic"))
 }
 
 func TestDeduperRecordsTheDecision(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
+	env := interoptest.NewOTelEnv(t)
 	var applied int
 	h := core.ChainHandler(core.HandlerFunc(func(context.Context, core.Event) error { applied++; return nil }),
-		tracing.HandlerMiddleware(env.opts...),
-		core.Idempotent(tracing.Deduper(memory.NewDeduper(), env.opts...), "billing"))
-	e := mustEvent(t, "a")
+		tracing.HandlerMiddleware(env.Opts...),
+		core.Idempotent(tracing.Deduper(memory.NewDeduper(), env.Opts...), "billing"))
+	e := interoptest.MustEvent(t, "a")
 	for range 2 {
 		if err := h.Handle(context.Background(), e); err != nil {
 			t.Fatal(err)
@@ -139,13 +140,13 @@ func TestDeduperRecordsTheDecision(t *testing.T) {
 	if applied != 1 {
 		t.Fatalf("effect applied %d times, want 1", applied)
 	}
-	spans := env.spansNamed("process")
+	spans := env.SpansNamed("process")
 	if len(spans) != 2 {
 		t.Fatalf("%d consumer spans, want 2", len(spans))
 	}
 	first, second := spans[0], spans[1]
-	wantAttrs(t, first, attribute.Bool("outboxkit.dedupe.applied", true), attribute.String("outboxkit.consumer", "billing"))
-	wantAttrs(t, second, attribute.Bool("outboxkit.dedupe.applied", false), attribute.String("outboxkit.consumer", "billing"))
+	interoptest.WantAttrs(t, first, attribute.Bool("outboxkit.dedupe.applied", true), attribute.String("outboxkit.consumer", "billing"))
+	interoptest.WantAttrs(t, second, attribute.Bool("outboxkit.dedupe.applied", false), attribute.String("outboxkit.consumer", "billing"))
 	if len(first.Events()) != 0 {
 		t.Errorf("first delivery has span events %v", first.Events())
 	}
@@ -156,17 +157,17 @@ func TestDeduperRecordsTheDecision(t *testing.T) {
 
 func TestDeduperFailedEffectRecordsNoDecision(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
-	d := tracing.Deduper(memory.NewDeduper(), env.opts...)
-	ctx, span := env.tracer().Start(context.Background(), "process")
+	env := interoptest.NewOTelEnv(t)
+	d := tracing.Deduper(memory.NewDeduper(), env.Opts...)
+	ctx, span := env.Tracer().Start(context.Background(), "process")
 	applied, err := core.ApplyOnce(ctx, d, "billing", core.HandlerFunc(func(context.Context, core.Event) error {
 		return errors.New("failed")
-	}), mustEvent(t, "a"))
+	}), interoptest.MustEvent(t, "a"))
 	span.End()
 	if applied || err == nil {
 		t.Fatalf("ApplyOnce = %v, %v; want false and the effect's error", applied, err)
 	}
-	if got := attr(env.oneSpan(t, "process", core.ID{}), "outboxkit.dedupe.applied"); got.Type() != attribute.INVALID {
+	if got := interoptest.Attr(env.OneSpan(t, "process", core.ID{}), "outboxkit.dedupe.applied"); got.Type() != attribute.INVALID {
 		t.Errorf("failed effect recorded a decision: %v", got.Emit())
 	}
 }

@@ -9,13 +9,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/tracing"
 )
 
 func TestInjectCopiesHeadersOnWrite(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
-	ctx, span := env.tracer().Start(context.Background(), "request")
+	env := interoptest.NewOTelEnv(t)
+	ctx, span := env.Tracer().Start(context.Background(), "request")
 	defer span.End()
 	member, _ := baggage.NewMember("tenant", "acme")
 	bag, _ := baggage.New(member)
@@ -25,11 +26,11 @@ func TestInjectCopiesHeadersOnWrite(t *testing.T) {
 	// HTTP-canonical names; the caller keeps a reference to it.
 	shared := map[string]string{"x-custom": "kept", "Traceparent": "00-stale", "tracestate": "stale=1"}
 	before := maps.Clone(shared)
-	a, b, c := mustEvent(t, "a"), mustEvent(t, "b"), mustEvent(t, "c")
+	a, b, c := interoptest.MustEvent(t, "a"), interoptest.MustEvent(t, "b"), interoptest.MustEvent(t, "c")
 	a.Headers, b.Headers = shared, shared
 	events := []core.Event{a, b, c}
 
-	tracing.Inject(ctx, events, env.opts...)
+	tracing.Inject(ctx, events, env.Opts...)
 
 	if !maps.Equal(shared, before) {
 		t.Fatalf("shared header map modified: %v, was %v", shared, before)
@@ -59,13 +60,13 @@ func TestInjectCopiesHeadersOnWrite(t *testing.T) {
 
 func TestInjectWithoutTraceContextLeavesEventsAlone(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
-	e := mustEvent(t, "a")
+	env := interoptest.NewOTelEnv(t)
+	e := interoptest.MustEvent(t, "a")
 	own := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	e.Headers = own
-	events := []core.Event{e, mustEvent(t, "b")}
+	events := []core.Event{e, interoptest.MustEvent(t, "b")}
 
-	tracing.Inject(context.Background(), events, env.opts...)
+	tracing.Inject(context.Background(), events, env.Opts...)
 
 	if events[1].Headers != nil {
 		t.Errorf("event without headers got %v from a context with no trace", events[1].Headers)
@@ -77,13 +78,13 @@ func TestInjectWithoutTraceContextLeavesEventsAlone(t *testing.T) {
 
 func TestNewInjectorIsAWriteHook(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
+	env := interoptest.NewOTelEnv(t)
 	// Any hook field of this shape accepts the injector.
-	var hook func(ctx context.Context, e *core.Event) = tracing.NewInjector(env.opts...)
+	var hook func(ctx context.Context, e *core.Event) = tracing.NewInjector(env.Opts...)
 
-	ctx, span := env.tracer().Start(context.Background(), "request")
+	ctx, span := env.Tracer().Start(context.Background(), "request")
 	defer span.End()
-	e := mustEvent(t, "a")
+	e := interoptest.MustEvent(t, "a")
 	hook(ctx, &e)
 	if got := traceparentOf(t, e.Headers); got.SpanID() != span.SpanContext().SpanID() {
 		t.Errorf("hook injected span %s, want %s", got.SpanID(), span.SpanContext().SpanID())
@@ -95,11 +96,11 @@ func TestGlobalPropagatorIsTheDefault(t *testing.T) {
 	// No WithPropagators: the global propagator applies, and until a program
 	// sets one it propagates nothing. That is OpenTelemetry's contract, and
 	// why the package documentation says to set it.
-	env := newOtelEnv(t)
-	ctx, span := env.tracer().Start(context.Background(), "request")
+	env := interoptest.NewOTelEnv(t)
+	ctx, span := env.Tracer().Start(context.Background(), "request")
 	defer span.End()
-	events := []core.Event{mustEvent(t, "a")}
-	tracing.Inject(ctx, events, tracing.WithTracerProvider(env.tp))
+	events := []core.Event{interoptest.MustEvent(t, "a")}
+	tracing.Inject(ctx, events, tracing.WithTracerProvider(env.TP))
 	if events[0].Headers != nil {
 		t.Fatalf("the default global propagator injected %v", events[0].Headers)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/outboxkit/adapters/memory"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/core/coretest"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/tracing"
 )
 
@@ -132,7 +133,7 @@ func TestMetricsAfterAKnownScenario(t *testing.T) {
 		}
 	}()
 
-	ok, flaky, refused := mustEvent(t, "ok"), mustEvent(t, "flaky"), mustEvent(t, "refused")
+	ok, flaky, refused := interoptest.MustEvent(t, "ok"), interoptest.MustEvent(t, "flaky"), interoptest.MustEvent(t, "refused")
 	if err := store.Add(ctx, ok, flaky, refused); err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestMetricsAfterAKnownScenario(t *testing.T) {
 	// the oldest pending.
 	clock.Advance(30 * time.Second)
 	for range 9 {
-		if err := store.Add(ctx, mustEvent(t, "later")); err != nil {
+		if err := store.Add(ctx, interoptest.MustEvent(t, "later")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -244,7 +245,7 @@ func TestRelayHookCountsSettleErrors(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	h := tracing.RelayHook(tracing.WithMeterProvider(mp))
-	e := mustEvent(t, "a")
+	e := interoptest.MustEvent(t, "a")
 	info := core.SettleInfo{Events: []core.Event{e}, Outcomes: []core.Outcome{{ID: e.ID, Kind: core.Published}}}
 	info.Err = &core.LeaseLostError{IDs: []core.ID{e.ID}}
 	h.AfterSettle(context.Background(), info)
@@ -331,7 +332,7 @@ func TestRelayHookCountsOnlySettledEvents(t *testing.T) {
 	batch := func(kinds ...core.OutcomeKind) core.SettleInfo {
 		var info core.SettleInfo
 		for _, k := range kinds {
-			e := mustEvent(t, "a")
+			e := interoptest.MustEvent(t, "a")
 			e.Attempts = 1
 			info.Events = append(info.Events, e)
 			info.Outcomes = append(info.Outcomes, core.Outcome{ID: e.ID, Kind: k})

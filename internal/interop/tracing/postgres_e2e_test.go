@@ -2,103 +2,23 @@ package tracing_test
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outboxkit/core"
-	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/postgres"
 	"github.com/outboxkit/outboxkit/qstash"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 	"github.com/outboxkit/outboxkit/tracing"
 )
-
-// tracedOutbox is a migrated schema of its own with a business table
-// (orders), a table the consumer writes (shipments), and a postgres Store
-// whose BeforeAdd is tracing.NewInjector: service code calls Add and
-// nothing else, as the wiring guide says.
-type tracedOutbox struct {
-	pool   *pgxpool.Pool
-	schema string
-	store  *postgres.Store
-}
-
-func newTracedOutbox(t *testing.T, opts ...tracing.Option) *tracedOutbox {
-	t.Helper()
-	ctx := t.Context()
-	pool := pgtest.Pool(t, 4)
-	// Not "pg_...": PostgreSQL reserves that prefix for system schemas.
-	schema := pgtest.Schema(t, pool, "trace")
-	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	o := &tracedOutbox{pool: pool, schema: schema}
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+o.table("orders")+` (id text PRIMARY KEY);
-CREATE TABLE `+o.table("shipments")+` (event_id text PRIMARY KEY)`); err != nil {
-		t.Fatalf("create business tables: %v", err)
-	}
-	store, err := postgres.New(pool, &postgres.Config{
-		Schema:    schema,
-		BeforeAdd: tracing.NewInjector(opts...),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o.store = store
-	return o
-}
-
-func (o *tracedOutbox) table(name string) string { return pgx.Identifier{o.schema, name}.Sanitize() }
-
-// placeOrder is the request handler's transaction: the order row and its
-// events commit together. It passes the request's ctx to Add and does
-// nothing else for tracing.
-func (o *tracedOutbox) placeOrder(ctx context.Context, t *testing.T, orderID string, events ...core.Event) {
-	t.Helper()
-	err := pgx.BeginFunc(ctx, o.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `INSERT INTO `+o.table("orders")+` (id) VALUES ($1)`, orderID); err != nil {
-			return err
-		}
-		return o.store.Add(ctx, tx, events...)
-	})
-	if err != nil {
-		t.Fatalf("place order %s: %v", orderID, err)
-	}
-}
-
-// shipHandler is the consumer's effect: a "ship order" span and a shipments
-// row written in the Deduper's transaction.
-func (o *tracedOutbox) shipHandler(env *otelEnv) core.Handler {
-	return core.HandlerFunc(func(ctx context.Context, e core.Event) error {
-		ctx, span := env.tracer().Start(ctx, "ship order")
-		defer span.End()
-		tx, ok := postgres.TxFromContext(ctx)
-		if !ok {
-			return core.Permanent(errors.New("no Deduper transaction in the handler's context"))
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO `+o.table("shipments")+` (event_id) VALUES ($1)`, e.ID.String())
-		return err
-	})
-}
-
-func (o *tracedOutbox) shipments(t *testing.T) int {
-	t.Helper()
-	var n int
-	if err := o.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+o.table("shipments")).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 // TestEndToEndPostgresQStashDuplicate follows one event through the
 // production wiring: a request writes an order and its event in one pgx
@@ -125,11 +45,11 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	hookURL := "http://" + ln.Addr().String() + "/hooks/orders"
-	env := newOtelEnv(t,
+	env := interoptest.NewOTelEnv(t,
 		tracing.WithMeterProvider(mp),
 		tracing.WithMessagingSystem("qstash"),
 		tracing.WithDestination(func(core.Event) string { return hookURL }))
-	db := newTracedOutbox(t, env.opts...)
+	db := interoptest.NewOutbox(t, env.Opts...)
 
 	// QStash itself would answer the replayed publish "deduplicated" (the
 	// event ID is the deduplication ID) for ten minutes; a window of a
@@ -147,7 +67,7 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 		devSrv.Close()
 	}()
 
-	deduper, err := postgres.NewDeduper(db.pool, &postgres.DeduperConfig{Schema: db.schema})
+	deduper, err := postgres.NewDeduper(db.Pool, &postgres.DeduperConfig{Schema: db.Schema})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +75,9 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 		CurrentSigningKey: qstashdev.DefaultCurrentSigningKey,
 		NextSigningKey:    qstashdev.DefaultNextSigningKey,
 		URL:               hookURL,
-		Handler:           db.shipHandler(env),
-		Middleware:        []core.HandlerMiddleware{tracing.HandlerMiddleware(env.opts...)},
-		Deduper:           tracing.Deduper(deduper, env.opts...),
+		Handler:           db.ShipHandler(env),
+		Middleware:        []core.HandlerMiddleware{tracing.HandlerMiddleware(env.Opts...)},
+		Deduper:           tracing.Deduper(deduper, env.Opts...),
 		Consumer:          "shipping",
 	})
 	if err != nil {
@@ -178,9 +98,9 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	relay, err := core.NewRelay(db.store, pub, &core.RelayConfig{
-		Middleware: []core.PublisherMiddleware{tracing.PublisherMiddleware(env.opts...)},
-		Hooks:      []core.RelayHook{tracing.RelayHook(env.opts...)},
+	relay, err := core.NewRelay(db.Store, pub, &core.RelayConfig{
+		Middleware: []core.PublisherMiddleware{tracing.PublisherMiddleware(env.Opts...)},
+		Hooks:      []core.RelayHook{tracing.RelayHook(env.Opts...)},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -201,13 +121,13 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 		}
 	}
 
-	reqCtx, req := env.tracer().Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
-	e := mustEvent(t, "order.placed")
+	reqCtx, req := env.Tracer().Start(ctx, "POST /orders", trace.WithSpanKind(trace.SpanKindServer))
+	e := interoptest.MustEvent(t, "order.placed")
 	e.AggregateType, e.AggregateID = "order", "42"
-	db.placeOrder(reqCtx, t, "42", e)
+	db.PlaceOrder(reqCtx, t, "42", e)
 	req.End()
 
-	stored, err := db.store.Get(ctx, e.ID)
+	stored, err := db.Store.Get(ctx, e.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,50 +137,50 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 
 	// First delivery: the effect runs.
 	deliver("first delivery")
-	request := env.oneSpan(t, "POST /orders", core.ID{})
-	publish := env.oneSpan(t, "publish "+hookURL, e.ID)
-	process := env.oneSpan(t, "process "+hookURL, e.ID)
-	ship := env.oneSpan(t, "ship order", core.ID{})
+	request := env.OneSpan(t, "POST /orders", core.ID{})
+	publish := env.OneSpan(t, "publish "+hookURL, e.ID)
+	process := env.OneSpan(t, "process "+hookURL, e.ID)
+	ship := env.OneSpan(t, "ship order", core.ID{})
 	traceID := request.SpanContext().TraceID()
-	sameTrace(t, traceID, publish, process, ship)
-	wantParent(t, publish, request)
-	wantParent(t, process, publish)
-	wantParent(t, ship, process)
+	interoptest.SameTrace(t, traceID, publish, process, ship)
+	interoptest.WantParent(t, publish, request)
+	interoptest.WantParent(t, process, publish)
+	interoptest.WantParent(t, ship, process)
 	if publish.SpanKind() != trace.SpanKindProducer || process.SpanKind() != trace.SpanKindConsumer {
 		t.Errorf("kinds: publish %v, process %v; want producer, consumer", publish.SpanKind(), process.SpanKind())
 	}
-	wantAttrs(t, process,
+	interoptest.WantAttrs(t, process,
 		attribute.Bool(string(tracing.DedupeAppliedKey), true),
 		attribute.String(string(tracing.ConsumerKey), "shipping"),
 		attribute.String("messaging.system", "qstash"))
-	if n := db.shipments(t); n != 1 {
+	if n := db.Shipments(t); n != 1 {
 		t.Fatalf("%d shipments after the first delivery, want 1", n)
 	}
 
 	// Second delivery of the same event: an operator replays it.
-	if n, err := db.store.Replay(ctx, core.ReplayFilter{IDs: []core.ID{e.ID}}); err != nil || n != 1 {
+	if n, err := db.Store.Replay(ctx, core.ReplayFilter{IDs: []core.ID{e.ID}}); err != nil || n != 1 {
 		t.Fatalf("Replay = %d, %v; want 1 event", n, err)
 	}
 	deliver("replayed delivery")
-	publish2 := otherSpan(t, env.spansNamed("publish "+hookURL), publish)
-	process2 := otherSpan(t, env.spansNamed("process "+hookURL), process)
-	sameTrace(t, traceID, publish2, process2)
+	publish2 := otherSpan(t, env.SpansNamed("publish "+hookURL), publish)
+	process2 := otherSpan(t, env.SpansNamed("process "+hookURL), process)
+	interoptest.SameTrace(t, traceID, publish2, process2)
 	// The stored headers still name the request: the replay's publish is
 	// the request's child too, and the duplicate's consumer span is the
 	// replay's.
-	wantParent(t, publish2, request)
-	wantParent(t, process2, publish2)
-	wantAttrs(t, process2,
+	interoptest.WantParent(t, publish2, request)
+	interoptest.WantParent(t, process2, publish2)
+	interoptest.WantAttrs(t, process2,
 		attribute.Bool(string(tracing.DedupeAppliedKey), false),
 		attribute.String(string(tracing.ConsumerKey), "shipping"),
 		attribute.String("messaging.message.id", e.ID.String()))
 	if !hasEvent(process2, tracing.DuplicateEventName) {
 		t.Errorf("duplicate's consumer span has no %q event; events %v", tracing.DuplicateEventName, process2.Events())
 	}
-	if got := env.spansNamed("ship order"); len(got) != 1 {
+	if got := env.SpansNamed("ship order"); len(got) != 1 {
 		t.Errorf("%d handler spans, want 1: the duplicate must not run the handler", len(got))
 	}
-	if n := db.shipments(t); n != 1 {
+	if n := db.Shipments(t); n != 1 {
 		t.Errorf("%d shipments after the duplicate, want 1", n)
 	}
 
@@ -270,26 +190,6 @@ func TestEndToEndPostgresQStashDuplicate(t *testing.T) {
 	}
 	if got := point[int64](t, metricNamed(t, ms, tracing.MetricEventsSettled, "{event}"), tracing.OutcomeKey.String("published")); got != 2 {
 		t.Errorf("published = %d, want 2 (the event and its replay)", got)
-	}
-}
-
-// sameTrace fails for every span not in trace id.
-func sameTrace(t *testing.T, id trace.TraceID, spans ...sdktrace.ReadOnlySpan) {
-	t.Helper()
-	for _, s := range spans {
-		if got := s.SpanContext().TraceID(); got != id {
-			t.Errorf("span %q in trace %s, want %s", s.Name(), got, id)
-		}
-	}
-}
-
-// wantParent fails unless child's parent is parent.
-func wantParent(t *testing.T, child, parent sdktrace.ReadOnlySpan) {
-	t.Helper()
-	if child.Parent().TraceID() != parent.SpanContext().TraceID() || child.Parent().SpanID() != parent.SpanContext().SpanID() {
-		t.Errorf("span %q has parent %s/%s, want %q (%s/%s)", child.Name(),
-			child.Parent().TraceID(), child.Parent().SpanID(),
-			parent.Name(), parent.SpanContext().TraceID(), parent.SpanContext().SpanID())
 	}
 }
 

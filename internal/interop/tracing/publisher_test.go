@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/interop/interoptest"
 	"github.com/outboxkit/outboxkit/tracing"
 )
 
@@ -29,22 +30,22 @@ func (p *recordingPublisher) Publish(ctx context.Context, events []core.Event) e
 
 func TestPublisherMiddlewareSingleEvent(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t, tracing.WithMessagingSystem("qstash"))
-	reqCtx, req := env.tracer().Start(context.Background(), "request")
-	e := mustEvent(t, "order.placed")
+	env := interoptest.NewOTelEnv(t, tracing.WithMessagingSystem("qstash"))
+	reqCtx, req := env.Tracer().Start(context.Background(), "request")
+	e := interoptest.MustEvent(t, "order.placed")
 	e.Destination = "https://billing.example/hooks"
 	e.Attempts = 3
 	events := []core.Event{e}
-	tracing.Inject(reqCtx, events, env.opts...)
+	tracing.Inject(reqCtx, events, env.Opts...)
 	req.End()
 	callerHeaders := maps.Clone(events[0].Headers)
 
 	inner := &recordingPublisher{}
-	if err := tracing.PublisherMiddleware(env.opts...)(inner).Publish(context.Background(), events); err != nil {
+	if err := tracing.PublisherMiddleware(env.Opts...)(inner).Publish(context.Background(), events); err != nil {
 		t.Fatal(err)
 	}
 
-	span := env.oneSpan(t, "publish https://billing.example/hooks", e.ID)
+	span := env.OneSpan(t, "publish https://billing.example/hooks", e.ID)
 	if span.SpanKind() != trace.SpanKindProducer {
 		t.Errorf("kind = %v, want producer", span.SpanKind())
 	}
@@ -59,7 +60,7 @@ func TestPublisherMiddlewareSingleEvent(t *testing.T) {
 	if got := refType(span, req.SpanContext()); got != "child_of" {
 		t.Errorf("link to the parent has opentracing.ref_type %q, want child_of", got)
 	}
-	wantAttrs(t, span,
+	interoptest.WantAttrs(t, span,
 		attribute.String("messaging.system", "qstash"),
 		attribute.String("messaging.operation.type", "send"),
 		attribute.String("messaging.operation.name", "publish"),
@@ -68,7 +69,7 @@ func TestPublisherMiddlewareSingleEvent(t *testing.T) {
 		attribute.String("cloudevents.event_type", "order.placed"),
 		attribute.Int("outboxkit.event.attempts", 3),
 	)
-	if got := attr(span, "messaging.batch.message_count"); got.Type() != attribute.INVALID {
+	if got := interoptest.Attr(span, "messaging.batch.message_count"); got.Type() != attribute.INVALID {
 		t.Errorf("single-event publish has messaging.batch.message_count = %v", got.Emit())
 	}
 	if span.Status().Code != codes.Unset {
@@ -90,15 +91,15 @@ func TestPublisherMiddlewareSingleEvent(t *testing.T) {
 
 func TestPublisherMiddlewareBatchOutcomes(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t, tracing.WithDestination(func(core.Event) string { return "orders" }))
-	ok, slow, bad := mustEvent(t, "ok"), mustEvent(t, "slow"), mustEvent(t, "bad")
+	env := interoptest.NewOTelEnv(t, tracing.WithDestination(func(core.Event) string { return "orders" }))
+	ok, slow, bad := interoptest.MustEvent(t, "ok"), interoptest.MustEvent(t, "slow"), interoptest.MustEvent(t, "bad")
 	events := []core.Event{ok, slow, bad}
 
 	be := core.NewBatchError(3)
 	be.Set(1, errors.New("transport hiccup"))
 	be.Set(2, core.Permanent(errors.New("rejected")))
 	inner := &recordingPublisher{err: be}
-	err := tracing.PublisherMiddleware(env.opts...)(inner).Publish(context.Background(), events)
+	err := tracing.PublisherMiddleware(env.Opts...)(inner).Publish(context.Background(), events)
 	if !errors.Is(err, be) {
 		t.Fatalf("Publish returned %v, want the wrapped publisher's error", err)
 	}
@@ -113,18 +114,18 @@ func TestPublisherMiddlewareBatchOutcomes(t *testing.T) {
 		{slow, codes.Error, "transient", false},
 		{bad, codes.Error, "permanent", true},
 	} {
-		span := env.oneSpan(t, "publish orders", tc.e.ID)
+		span := env.OneSpan(t, "publish orders", tc.e.ID)
 		if span.Status().Code != tc.code {
 			t.Errorf("%s: status = %v, want %v", tc.e.Type, span.Status(), tc.code)
 		}
-		wantAttrs(t, span, attribute.Int("messaging.batch.message_count", 3))
+		interoptest.WantAttrs(t, span, attribute.Int("messaging.batch.message_count", 3))
 		if span.Parent().IsValid() || len(span.Links()) != 0 {
 			t.Errorf("%s: event without trace context got parent %v, links %v", tc.e.Type, span.Parent(), span.Links())
 		}
 		if tc.code != codes.Error {
 			continue
 		}
-		wantAttrs(t, span, attribute.String("error.type", tc.errType), attribute.Bool("outboxkit.error.permanent", tc.permanent))
+		interoptest.WantAttrs(t, span, attribute.String("error.type", tc.errType), attribute.Bool("outboxkit.error.permanent", tc.permanent))
 		if len(span.Events()) == 0 || span.Events()[0].Name != "exception" {
 			t.Errorf("%s: error not recorded as an exception event: %v", tc.e.Type, span.Events())
 		}
@@ -150,13 +151,13 @@ func TestPublisherMiddlewareBatchOutcomes(t *testing.T) {
 
 func TestPublisherMiddlewareWholeBatchFailure(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
+	env := interoptest.NewOTelEnv(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	inner := &recordingPublisher{err: context.DeadlineExceeded}
-	events := []core.Event{mustEvent(t, "a"), mustEvent(t, "b")}
-	_ = tracing.PublisherMiddleware(env.opts...)(inner).Publish(ctx, events)
-	spans := env.spansNamed("publish")
+	events := []core.Event{interoptest.MustEvent(t, "a"), interoptest.MustEvent(t, "b")}
+	_ = tracing.PublisherMiddleware(env.Opts...)(inner).Publish(ctx, events)
+	spans := env.SpansNamed("publish")
 	if len(spans) != 2 {
 		t.Fatalf("%d publish spans, want 2", len(spans))
 	}
@@ -164,13 +165,13 @@ func TestPublisherMiddlewareWholeBatchFailure(t *testing.T) {
 		if s.Status().Code != codes.Error {
 			t.Errorf("status = %v, want error", s.Status())
 		}
-		wantAttrs(t, s, attribute.String("error.type", "timeout"))
+		interoptest.WantAttrs(t, s, attribute.String("error.type", "timeout"))
 	}
 }
 
 func TestPublisherMiddlewarePanicEndsSpans(t *testing.T) {
 	t.Parallel()
-	env := newOtelEnv(t)
+	env := interoptest.NewOTelEnv(t)
 	boom := core.PublisherFunc(func(context.Context, []core.Event) error { panic("boom") })
 	func() {
 		defer func() {
@@ -178,9 +179,9 @@ func TestPublisherMiddlewarePanicEndsSpans(t *testing.T) {
 				t.Errorf("recovered %v, want the publisher's panic", v)
 			}
 		}()
-		_ = tracing.PublisherMiddleware(env.opts...)(boom).Publish(context.Background(), []core.Event{mustEvent(t, "a")})
+		_ = tracing.PublisherMiddleware(env.Opts...)(boom).Publish(context.Background(), []core.Event{interoptest.MustEvent(t, "a")})
 	}()
-	span := env.oneSpan(t, "publish", core.ID{})
+	span := env.OneSpan(t, "publish", core.ID{})
 	if span.Status().Code != codes.Error {
 		t.Errorf("status = %v, want error", span.Status())
 	}

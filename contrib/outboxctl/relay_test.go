@@ -145,11 +145,12 @@ func TestRelayRoutesFileAndDrain(t *testing.T) {
 		t.Errorf("stdout %q does not report 6 drained events", r.stdout)
 	}
 	waitFor(t, 20*time.Second, "routed events at the consumer", func() bool { return len(q.got()) == len(routed) })
-	// No route: QStash cannot deliver them, so they are dead-lettered at
-	// once (a permanent error) with the reason recorded.
+	// No route is configuration, not the events' fault: even with
+	// --max-attempts 1 they stay pending, attempts untouched, with the
+	// reason recorded, until a route is deployed.
 	for _, id := range unrouted {
-		if n := o.count(t, "id = $1 AND dead_at IS NOT NULL AND last_error LIKE '%destination%'", id.String()); n != 1 {
-			t.Errorf("unrouted event %s was not dead-lettered with its reason", id)
+		if n := o.count(t, "id = $1 AND dead_at IS NULL AND published_at IS NULL AND attempts = 0 AND last_error LIKE '%destination%'", id.String()); n != 1 {
+			t.Errorf("unrouted event %s was not kept pending with its reason", id)
 		}
 	}
 

@@ -47,8 +47,9 @@
 //	tracing.Inject(ctx, events, opts...)
 //	err = store.Add(ctx, events...)
 //
-// outboxwatermill.TxPublisher injects the trace context of each message's
-// Context on its own.
+// outboxwatermill.TxPublisher takes the same hook:
+// TxPublisherConfig{BeforeAdd: tracing.NewInjector(opts...)} injects the
+// trace context of each message's Context.
 //
 // # Relay
 //

@@ -101,10 +101,11 @@
 // A Watermill handler whose subscriber is a broker's own (watermill-nats,
 // say) rebuilds the event with outboxwatermill.EventFromMessage and runs h
 // on it with msg.Context(); since a message does not carry its topic, give
-// the consumer's options WithDestination for the subscribed topic. The
-// outboxwatermill subscribers (OutboxSubscriber, QStashSubscriber) also put
-// the event's trace context in msg.Context(), so a handler that only starts
-// spans from msg.Context() joins the trace as well.
+// the consumer's options WithDestination for the subscribed topic. Given
+// ContextFor: tracing.NewExtractor(opts...), the outboxwatermill
+// OutboxSubscriber and the qstashsub.Subscriber also put the event's trace
+// context in msg.Context(), so a handler that only starts spans from
+// msg.Context() joins the trace as well.
 //
 // # Store metrics
 //

@@ -4,7 +4,7 @@
 // writer's trace context (tracing.NewInjector as its BeforeAdd), with the
 // business tables of an order-and-shipping scenario.
 //
-// It exists so that a test package of its own (internal/interop/watermill)
-// can use them without keeping copies; it imports the OpenTelemetry SDK,
+// It exists so that the module's test packages (internal/interop/tracing,
+// internal/interop/watermill) use one copy of them; it imports the OpenTelemetry SDK,
 // which is why it lives in this module.
 package interoptest

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
 )
@@ -36,6 +37,12 @@ const maxErrorBytes = 4096
 // with the reason in last_error and logged, and another row is claimed in
 // its place (see unleasable).
 //
+// When Claim fails after its statement may have reached the database (ctx
+// cancelled mid-flight, the connection lost), the statement may still have
+// committed; whatever it leased is then given back before Claim returns,
+// under a context of its own (abandon.go), so no event waits out a lease
+// nobody holds.
+//
 // Slot claims. While there is a backlog — the previous claim through this
 // Store came back full — and neither ordering nor a destination filter is
 // in use, a claim first takes the oldest due events of one slot of the
@@ -55,15 +62,36 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 	if err != nil {
 		return core.Batch{}, err
 	}
-	rows, err := s.pool.Query(ctx, q.sql, s.relayArgs(q.args)...)
-	if err != nil {
-		return core.Batch{}, wrap("claim", err)
-	}
-	b, dead, err := s.read(ctx, q, rows)
+	b, dead, err := s.runClaim(ctx, q, nil)
 	if err != nil {
 		return core.Batch{}, err
 	}
 	return s.topUp(ctx, q, b, dead), nil
+}
+
+// runClaim runs claim q and reads its batch. Should the claim fail once it
+// may have reached the server, what it leased is given back (abandon), all
+// but the events in keep, which the caller already holds under the same
+// token.
+func (s *Store) runClaim(ctx context.Context, q claim, keep []core.ID) (core.Batch, int, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return core.Batch{}, 0, wrap("claim", err) // nothing was sent
+	}
+	rows, err := conn.Query(ctx, q.sql, s.relayArgs(q.args)...)
+	var b core.Batch
+	var dead int
+	if err != nil {
+		err = wrap("claim", err)
+	} else {
+		b, dead, err = s.read(ctx, q, rows) // its errors say "claim" already
+	}
+	conn.Release()
+	if err != nil {
+		s.abandon(ctx, q, keep, err)
+		return core.Batch{}, 0, err
+	}
+	return b, dead, nil
 }
 
 // read is q.read, noting how far the table's history reaches and logging
@@ -89,7 +117,8 @@ func (s *Store) read(ctx context.Context, q claim, rows pgx.Rows) (core.Batch, i
 // that spent part of its limit on rows it dead-lettered claims again. So a
 // short batch still means nothing more was due. Should that second claim
 // fail, the first one's events are returned alone: they are leased
-// already, and the next claim looks again.
+// already, whatever the second one leased is given back (runClaim), and
+// the next claim looks again.
 func (s *Store) topUp(ctx context.Context, q claim, b core.Batch, dead int) core.Batch {
 	if len(b.Events) == q.limit || !q.slot && dead == 0 {
 		s.backlog.Store(len(b.Events)+dead == q.limit)
@@ -102,12 +131,7 @@ func (s *Store) topUp(ctx context.Context, q claim, b core.Batch, dead int) core
 	rest.limit = q.limit - len(b.Events)
 	rest.args = append([]any(nil), q.args...)
 	rest.args[1] = rest.limit
-	rows, err := s.pool.Query(ctx, rest.sql, s.relayArgs(rest.args)...)
-	if err != nil {
-		s.backlog.Store(false)
-		return b
-	}
-	more, moreDead, err := s.read(ctx, rest, rows)
+	more, moreDead, err := s.runClaim(ctx, rest, b.Lease.Handle.(*rowRefs).ids)
 	if err != nil {
 		s.backlog.Store(false)
 		return b
@@ -487,9 +511,11 @@ func (q settlement) read(rows pgx.Rows, req core.SettleRequest) error {
 // the claim of the next travel in one pipelined round trip (a pgx batch),
 // which at high throughput saves a large share of the time per batch. The
 // two statements run in one implicit transaction, so either both take effect
-// or, when the round trip fails, neither does. (While the table is young,
-// see plans.go, they are two round trips: the claim runs only after the
-// settlement succeeded.)
+// or, when the server refuses the round trip, neither does; when it fails on
+// the client's side (ctx cancelled, connection lost) it may have committed,
+// and what the claim leased is given back, as for Claim. (While the table is
+// young, see plans.go, they are two round trips: the claim runs only after
+// the settlement succeeded.)
 func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
 	if s.planning() {
 		// A pgx batch always runs prepared statements (plans.go): while
@@ -514,36 +540,57 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		b, err := s.Claim(ctx, creq)
 		return b, nil, err
 	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		err = wrap("settle and claim", err) // nothing was sent
+		return core.Batch{}, err, err
+	}
+	batch, dead, settleErr, claimErr, err := s.settleAndClaim(ctx, conn, sq, sreq, cq)
+	conn.Release()
+	switch {
+	case err != nil:
+		// The round trip failed as a whole: its transaction rolled back,
+		// or, if the failure was the client's, its outcome is unknown and
+		// the claim's rows may be leased under a token the caller never
+		// gets.
+		s.abandon(ctx, cq, nil, err)
+		err = wrap("settle and claim", err)
+		return core.Batch{}, err, err
+	case claimErr != nil:
+		// Committed, but the batch could not be read.
+		s.abandon(ctx, cq, nil, claimErr)
+		return core.Batch{}, s.settleUnmatched(ctx, sq, sreq, settleErr), wrap("settle and claim", claimErr)
+	}
+	return s.topUp(ctx, cq, batch, dead), s.settleUnmatched(ctx, sq, sreq, settleErr), nil
+}
+
+// settleAndClaim is SettleAndClaim's pipelined round trip on conn. err is
+// set when the round trip failed as a whole; otherwise settleErr is nil or
+// a lease lost, and claimErr says whether the claimed batch could be read.
+func (s *Store) settleAndClaim(ctx context.Context, conn *pgxpool.Conn, sq settlement, sreq core.SettleRequest, cq claim) (batch core.Batch, dead int, settleErr, claimErr, err error) {
 	var b pgx.Batch
 	b.Queue(sq.sql, sq.args...)
 	b.Queue(cq.sql, cq.args...)
-	br := s.pool.SendBatch(ctx, &b)
+	br := conn.SendBatch(ctx, &b)
 	rows, err := br.Query()
 	if err != nil {
-		err = wrap("settle and claim", errors.Join(err, br.Close()))
-		return core.Batch{}, err, err
+		return core.Batch{}, 0, nil, nil, errors.Join(err, br.Close())
 	}
-	settleErr := sq.read(rows, sreq)
+	settleErr = sq.read(rows, sreq)
 	if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
-		err := wrap("settle and claim", errors.Join(settleErr, br.Close()))
-		return core.Batch{}, err, err
+		return core.Batch{}, 0, nil, nil, errors.Join(settleErr, br.Close())
 	}
 	rows, err = br.Query()
 	if err != nil {
-		err = wrap("settle and claim", errors.Join(err, br.Close()))
-		return core.Batch{}, err, err
+		return core.Batch{}, 0, nil, nil, errors.Join(err, br.Close())
 	}
-	batch, dead, claimErr := s.read(ctx, cq, rows)
+	batch, dead, claimErr = s.read(ctx, cq, rows)
+	// Close reads the end of the implicit transaction: an error there
+	// means it did not commit, or that whether it did is unknown.
 	if err := br.Close(); err != nil {
-		// The implicit transaction did not commit: neither statement took
-		// effect.
-		err = wrap("settle and claim", err)
-		return core.Batch{}, err, err
+		return core.Batch{}, 0, nil, nil, errors.Join(claimErr, err)
 	}
-	if claimErr == nil {
-		batch = s.topUp(ctx, cq, batch, dead)
-	}
-	return batch, s.settleUnmatched(ctx, sq, sreq, settleErr), claimErr
+	return batch, dead, settleErr, claimErr, nil
 }
 
 // cleanErrorText makes a publish error storable in a text column: valid

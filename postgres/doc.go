@@ -76,7 +76,10 @@
 // one statement, only where the lease token still matches, and reports the
 // others in a *core.LeaseLostError. "Now" is the database's now(), so relays
 // on hosts with skewed clocks agree on lease expiry; a relay on a test clock
-// passes its own time instead.
+// passes its own time instead. A claim cut short after it reached the
+// database (its context cancelled, the connection lost) may have committed
+// there all the same: the store then gives back whatever it leased before
+// returning the error, so nothing waits out a lease nobody holds.
 //
 // The store also implements core.Notifier (Listen), core.StatsReader,
 // core.Replayer, core.Pruner and core.Checker (Check), and offers operators

@@ -176,10 +176,46 @@ WHERE t.ctid = ANY(ARRAY(
 	WHERE o.published_at IS NULL AND o.dead_at IS NULL
 		AND o.available_at <= COALESCE($1::timestamptz, now())
 		AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
+		AND (SELECT ` + claimLeaseLock + `) IS NOT NULL
 	ORDER BY o.available_at, o.pos
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED))
 RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.dead_at IS NOT NULL`
+}
+
+// Every claim takes a transaction-level advisory lock on its lease token
+// before it leases a row (a one-time filter of the claim's subquery) and
+// holds it until its transaction ends. A release of an abandoned claim
+// (releaseSQL) takes the same lock first, so it waits for a claim still
+// running on the server (its client gave up, not the server) to commit or
+// roll back, and then sees its rows. The two-integer form with a class of
+// its own ("obxk") keeps the keys apart from other advisory locks.
+const (
+	leaseLockClass = "1868724331"
+	claimLeaseLock = `pg_advisory_xact_lock(` + leaseLockClass + `, hashtext($3::uuid::text))`
+	// leaseLockSQL takes the lock of token $1 in a statement of its own,
+	// reading no void column (the driver cannot scan one).
+	leaseLockSQL = `SELECT 1 FROM (SELECT pg_advisory_xact_lock(` + leaseLockClass + `, hashtext($1::uuid::text))) l`
+)
+
+// releaseSQL gives back what a claim leased under token $1 that its caller
+// never received (Store.abandon): lease cleared and the attempt not
+// charged, as for a released event, except the events whose IDs are in $4
+// (the part of the batch the caller does hold). There is no index on the
+// token, so it walks the pending index over what was due at the claim ($2
+// is its now override) and stops once it found $3 rows, the claim's limit:
+// under a backlog the claim took rows near the head of that order.
+func releaseSQL(n names) string {
+	return `UPDATE ` + n.outbox + ` t
+SET lease_token = NULL, lease_until = NULL, attempts = greatest(t.attempts, 1) - 1
+WHERE t.ctid = ANY(ARRAY(
+	SELECT o.ctid FROM ` + n.outbox + ` o
+	WHERE o.published_at IS NULL AND o.dead_at IS NULL
+		AND o.available_at <= COALESCE($2::timestamptz, now())
+		AND o.lease_token = $1 AND NOT (o.id = ANY($4::uuid[]))
+	ORDER BY o.available_at, o.pos
+	LIMIT $3))
+	AND t.lease_token = $1`
 }
 
 // A claim must not fail on any row's values: the row it fails on is the

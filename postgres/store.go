@@ -41,6 +41,8 @@ type Store struct {
 	byTID tidSQL
 	// claimSlotSQL is the claim of one slot (Claim explains when).
 	claimSlotSQL string
+	// releaseSQL gives back what a failed claim leased (abandon.go).
+	releaseSQL string
 	// backlog is whether the last claim through this store came back
 	// full: the next one then claims by slot.
 	backlog atomic.Bool
@@ -96,6 +98,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 		claimSQL:         claimSQL(n, c.Ordering, false),
 		claimDestSQL:     claimSQL(n, c.Ordering, true),
 		claimSlotSQL:     claimSlotSQL(n),
+		releaseSQL:       releaseSQL(n),
 		settleSQL:        settleSQL(n),
 		publishSQL:       publishSQL(n),
 		deleteSQL:        deleteSQL(n),

@@ -545,7 +545,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		err = wrap("settle and claim", err) // nothing was sent
 		return core.Batch{}, err, err
 	}
-	batch, dead, settleErr, claimErr, err := s.settleAndClaim(ctx, conn, sq, sreq, cq)
+	batch, dead, settleErr, claimErr, err := s.pipelined(ctx, conn, sq, sreq, cq)
 	conn.Release()
 	switch {
 	case err != nil:
@@ -564,10 +564,10 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 	return s.topUp(ctx, cq, batch, dead), s.settleUnmatched(ctx, sq, sreq, settleErr), nil
 }
 
-// settleAndClaim is SettleAndClaim's pipelined round trip on conn. err is
+// pipelined is SettleAndClaim's round trip on conn. err is
 // set when the round trip failed as a whole; otherwise settleErr is nil or
 // a lease lost, and claimErr says whether the claimed batch could be read.
-func (s *Store) settleAndClaim(ctx context.Context, conn *pgxpool.Conn, sq settlement, sreq core.SettleRequest, cq claim) (batch core.Batch, dead int, settleErr, claimErr, err error) {
+func (s *Store) pipelined(ctx context.Context, conn *pgxpool.Conn, sq settlement, sreq core.SettleRequest, cq claim) (batch core.Batch, dead int, settleErr, claimErr, err error) {
 	var b pgx.Batch
 	b.Queue(sq.sql, sq.args...)
 	b.Queue(cq.sql, cq.args...)

@@ -1,0 +1,122 @@
+package postgres
+
+// The claim's SQL (claim.go): the leasing statement and its slot form, the
+// lease lock, the give-back of an abandoned claim (abandon.go), and the
+// rule for rows a claim cannot lease.
+
+// claimSQL leases up to $2 due events in one statement. The subquery walks
+// the pending index in (available_at, pos) order, locking due rows and
+// skipping those another claim has locked; the UPDATE then reaches each
+// locked row by its physical address (a TID scan, no index probe) and touches
+// only unindexed columns, so it is a HOT update. A join on id instead lets
+// the planner pick a hash join over the whole table for large batches. The
+// row lock keeps each row version in place until the statement ends; should
+// a row still have moved, the TID no longer matches on recheck and the row is
+// simply not claimed this time. Parameters: $1 now override, $2 limit, $3
+// lease token, $4 lease duration.
+//
+// With ordering, a row with a sequence is due only when no pending row of its
+// aggregate has a lower sequence: a leased or retrying head keeps the rest of
+// its aggregate back, a dead-lettered one does not (it is no longer pending).
+//
+// With byDestination, $5 restricts the claim to one destination (see
+// core.ClaimRequest.Destination). It is a separate text rather than an OR on
+// an empty parameter, so the common claim's plan carries no dead condition.
+func claimSQL(n names, ordered, byDestination bool) string {
+	return claimWhere(n, ordered, byDestination, "")
+}
+
+// claimSlotSQL is the unordered, any-destination claim restricted to one
+// slot of the pending set (migration 005): the sequence picks the slot, and
+// the condition matches the slot index's expression so the claim walks that
+// index in (available_at, pos) order within the slot.
+func claimSlotSQL(n names) string {
+	return claimWhere(n, false, false, `
+	AND ((o.pos / 64) % 16) = (SELECT nextval('`+n.claimSlot+`') % 16)`)
+}
+
+func claimWhere(n names, ordered, byDestination bool, slot string) string {
+	head := slot
+	if byDestination {
+		head = `
+	AND o.destination = $5`
+	}
+	if ordered {
+		head += `
+	AND (o.sequence IS NULL OR NOT EXISTS (
+		SELECT 1 FROM ` + n.outbox + ` p
+		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+			AND p.sequence < o.sequence
+			AND p.published_at IS NULL AND p.dead_at IS NULL))`
+	}
+	return `UPDATE ` + n.outbox + ` t
+SET lease_token = CASE WHEN ` + unleasable + ` THEN NULL ELSE $3::uuid END,
+	lease_until = CASE WHEN ` + unleasable + ` THEN NULL ELSE COALESCE($1::timestamptz, now()) + $4::interval END,
+	attempts = CASE WHEN ` + unleasable + ` THEN t.attempts ELSE greatest(t.attempts, 0) + 1 END,
+	dead_at = CASE WHEN ` + unleasable + ` THEN COALESCE($1::timestamptz, now()) ELSE t.dead_at END,
+	last_error = CASE WHEN ` + unleasable + ` THEN ` + quoteLiteral(unleasableReason) + ` ELSE t.last_error END
+WHERE t.ctid = ANY(ARRAY(
+	SELECT o.ctid FROM ` + n.outbox + ` o
+	WHERE o.published_at IS NULL AND o.dead_at IS NULL
+		AND o.available_at <= COALESCE($1::timestamptz, now())
+		AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
+		AND (SELECT ` + claimLeaseLock + `) IS NOT NULL
+	ORDER BY o.available_at, o.pos
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED))
+RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.dead_at IS NOT NULL`
+}
+
+// Every claim takes a transaction-level advisory lock on its lease token
+// before it leases a row (a one-time filter of the claim's subquery) and
+// holds it until its transaction ends. A release of an abandoned claim
+// (releaseSQL) takes the same lock first, so it waits for a claim still
+// running on the server (its client gave up, not the server) to commit or
+// roll back, and then sees its rows. The two-integer form with a class of
+// its own ("obxk") keeps the keys apart from other advisory locks.
+const (
+	leaseLockClass = "1868724331"
+	claimLeaseLock = `pg_advisory_xact_lock(` + leaseLockClass + `, hashtext($3::uuid::text))`
+	// leaseLockSQL takes the lock of token $1 in a statement of its own,
+	// reading no void column (the driver cannot scan one).
+	leaseLockSQL = `SELECT 1 FROM (SELECT pg_advisory_xact_lock(` + leaseLockClass + `, hashtext($1::uuid::text))) l`
+)
+
+// releaseSQL gives back what a claim leased under token $1 that its caller
+// never received (Store.abandon): lease cleared and the attempt not
+// charged, as for a released event, except the events whose IDs are in $4
+// (the part of the batch the caller does hold). There is no index on the
+// token, so it walks the pending index over what was due at the claim ($2
+// is its now override) and stops once it found $3 rows, the claim's limit:
+// under a backlog the claim took rows near the head of that order.
+func releaseSQL(n names) string {
+	return `UPDATE ` + n.outbox + ` t
+SET lease_token = NULL, lease_until = NULL, attempts = greatest(t.attempts, 1) - 1
+WHERE t.ctid = ANY(ARRAY(
+	SELECT o.ctid FROM ` + n.outbox + ` o
+	WHERE o.published_at IS NULL AND o.dead_at IS NULL
+		AND o.available_at <= COALESCE($2::timestamptz, now())
+		AND o.lease_token = $1 AND NOT (o.id = ANY($4::uuid[]))
+	ORDER BY o.available_at, o.pos
+	LIMIT $3))
+	AND t.lease_token = $1`
+}
+
+// A claim must not fail on any row's values: the row it fails on is the
+// oldest due one, so every later claim meets it again and nothing is ever
+// relayed. The one value that can fail the claim statement is an attempts
+// count at the integer limit (only a foreign writer can set it): counting
+// the claim would overflow. Such a row is dead-lettered by the claim
+// itself, with unleasableReason as its last error, and left out of the
+// batch; the rest of the batch is leased as usual. A negative count (which
+// migration 006 refuses, but rows written before it may hold) counts from
+// zero, so it buys no extra retries.
+//
+// Nothing else in the claim computes with a row's values: the lease expiry
+// is the claim's own now plus the lease, and every other column is read,
+// not computed (timestamps of 'infinity', any jsonb payload, headers that
+// are not strings: eventScanner copes with each).
+const (
+	unleasable       = `t.attempts >= 2147483647`
+	unleasableReason = `outboxkit/postgres: attempts is 2147483647, the largest count the column holds, so the claim could not count another attempt and dead-lettered the event; find the writer that set it, then replay the event (a replay resets attempts)`
+)

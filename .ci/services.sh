@@ -58,6 +58,45 @@ ensure_postgres() {
     log "creating database test"
     psql -h 127.0.0.1 -U postgres -d postgres -qc "CREATE DATABASE test"
   fi
+  ensure_logical_replication "$ver"
+}
+
+# The relays' default wake-up is a logical replication stream of the outbox
+# table's inserts (postgres/wal.go), and the tests cover it: the server must
+# run with wal_level = logical. Every relay running at once holds one WAL
+# sender and one temporary slot, and the test packages run many relays in
+# parallel, so both limits are raised above their default of 10 (each
+# costs a few hundred bytes of shared memory). These settings take effect
+# only at server start: restart once, and only when something changed.
+ensure_logical_replication() {
+  local ver=$1 changed=0 q="psql -h 127.0.0.1 -U postgres -d postgres -tAqc"
+  if [ "$($q 'SHOW wal_level')" != logical ]; then
+    log "setting wal_level = logical"
+    $q "ALTER SYSTEM SET wal_level = logical" >/dev/null
+    changed=1
+  fi
+  local name
+  for name in max_wal_senders max_replication_slots; do
+    if [ "$($q "SHOW $name")" -lt 64 ]; then
+      log "setting $name = 64"
+      $q "ALTER SYSTEM SET $name = 64" >/dev/null
+      changed=1
+    fi
+  done
+  if [ "$changed" = 1 ]; then
+    log "restarting PostgreSQL $ver for the replication settings"
+    pg_ctlcluster --skip-systemctl-redirect "$ver" main restart
+    local i
+    for ((i = 0; i < 300; i++)); do
+      pg_isready -q -h 127.0.0.1 -p 5432 && break
+      sleep 0.1
+    done
+    pg_isready -h 127.0.0.1 -p 5432
+    if [ "$($q 'SHOW wal_level')" != logical ]; then
+      log "PostgreSQL still runs with wal_level = $($q 'SHOW wal_level') after the restart"
+      return 1
+    fi
+  fi
 }
 
 ensure_nats() {

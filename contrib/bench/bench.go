@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +25,9 @@ type bench struct {
 	admin *pgxpool.Pool // schema creation, preloads, checks
 	rep   *Report
 	log   io.Writer
+	// stderr takes River's warnings (river.go); b.log writes to it too
+	// with -v, so it is safe for concurrent use.
+	stderr io.Writer
 	// schemas this run created, dropped again at the end if a trial
 	// could not.
 	schemas []string
@@ -47,7 +52,21 @@ const (
 	sysCeilAsync   = "SQL ceiling, synchronous_commit=off"
 	sysAsyncNotify = "outboxkit NOTIFY, relay synchronous_commit=off (proposal)"
 	sysReclaim     = "outboxkit poll 10 ms, claim again after a non-empty batch (proposal)"
+
+	// outboxkit with the store's and the relay's zero configurations.
+	sysDefaults = "outboxkit defaults"
+	// River (river.go); the tuned name carries its settings
+	// (riverTunedSys).
+	sysRiverDefaults = "River defaults (MaxWorkers 100)"
+	sysRiverTuned    = "River tuned"
+	// The write workload's comparison with the article (write_insert.go).
+	sysHand = "hand-written outbox INSERT (the article's table)"
+	sysPgx  = "Go client (pgx), no event"
 )
+
+// caseRiver is the drain table's row of River, which has no batch size
+// (each fetch takes as many jobs as it has free workers).
+const caseRiver = "no batch size"
 
 // runAll runs every selected workload, reps times each, and returns the
 // report (partial when an error stopped the run).
@@ -62,13 +81,17 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	b := &bench{o: o, admin: admin, log: io.Discard, rep: &Report{Env: env, Options: RunConfig{
+	stderr = &lockedWriter{w: stderr}
+	b := &bench{o: o, admin: admin, log: io.Discard, stderr: stderr, rep: &Report{Env: env, Options: RunConfig{
 		Workloads: o.workloads, Events: o.events, Reps: o.reps, Batches: o.batches, Rates: o.rates,
 		LatencySeconds: o.latencyFor.Seconds(), WriteSeconds: o.writeFor.Seconds(), Writers: o.writers,
 		Procs: o.procs, ProcsBatch: o.procBatch, QStashBatch: o.qsBatch, QStashConc: o.qsConc,
 		PreloadMethod:   fmt.Sprintf("preloads by COPY in transactions of %d rows, then VACUUM ANALYZE and CHECKPOINT", preloadChunk),
 		CommandLineArgs: os.Args[1:],
 	}}}
+	if o.river {
+		b.rep.Options.River = &RiverConfig{Version: riverVersion(), Defaults: riverDefaults().describe(), Tuned: b.riverTuned().describe()}
+	}
 	if o.verbose {
 		b.log = stderr
 	}
@@ -104,6 +127,19 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 	return b.rep, err
 }
 
+// lockedWriter serialises writes to w: River logs from its own
+// goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // rotate returns xs starting at index k (mod len), so repetitions alternate
 // which system runs first and drift over a run does not favour one.
 func rotate[T any](xs []T, k int) []T {
@@ -120,43 +156,68 @@ func (b *bench) runDrain(ctx context.Context) error {
 	if b.o.proposals {
 		systems = append(systems, sysAsync, sysCeilAsync)
 	}
+	type trial struct {
+		cas, sys string
+		batch    int
+		river    riverSetup
+	}
 	for rep := 0; rep < b.o.reps; rep++ {
+		var trials []trial
 		for _, batch := range b.o.batches {
-			cas := fmt.Sprintf("batch=%d", batch)
 			for _, sys := range rotate(systems, rep) {
-				prof := b.profilePath(rep, "drain", cas, sys)
-				res, err := attempt(ctx, b, fmt.Sprintf("drain %s %s rep %d", cas, sys, rep+1), func() (drainResult, error) {
-					switch sys {
-					case sysOutboxkit:
-						return b.drainOutboxkit(ctx, batch, kindStore, prof)
-					case sysDelete:
-						return b.drainOutboxkit(ctx, batch, kindStoreDelete, prof)
-					case sysAsync:
-						return b.drainOutboxkit(ctx, batch, kindStoreAsync, prof)
-					case sysWatermill:
-						return b.drainWatermill(ctx, batch, prof)
-					case sysCeilAsync:
-						return b.drainCeiling(ctx, batch, true, prof)
-					default:
-						return b.drainCeiling(ctx, batch, false, prof)
-					}
-				})
-				if err != nil {
-					return fmt.Errorf("%s %s: %w", sys, cas, err)
-				}
-				b.logf("drain %s %s rep %d: %.0f events/s", cas, sys, rep+1, res.rate(n))
-				b.rep.add("drain", cas, sys, "events/s", res.rate(n))
-				b.rep.add("drain", cas, sys, "Go CPU µs/event", res.procCPU)
-				b.rep.add("drain", cas, sys, "PG CPU µs/event", res.dbCPU)
-				if res.claimMs > 0 {
-					// Per call; full batches go through SettleAndClaim, so
-					// Settle alone only ends a drain.
-					b.rep.add("drain", cas, sys, "claim ms", res.claimMs)
-					b.rep.add("drain", cas, sys, "settle+claim ms", res.pipeMs)
-				}
-				res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "drain", cas, sys, rep+1
-				b.rep.check(res.check)
+				trials = append(trials, trial{cas: fmt.Sprintf("batch=%d", batch), sys: sys, batch: batch})
 			}
+		}
+		if b.o.river {
+			// River has no batch size, so it is not in the batch loop; it
+			// runs first in odd repetitions and last in even ones, so drift
+			// over a run does not favour one side.
+			rt := rotate([]trial{
+				{cas: caseRiver, sys: sysRiverDefaults, river: riverDefaults()},
+				{cas: caseRiver, sys: b.riverTunedSys(), river: b.riverTuned()},
+			}, rep)
+			if rep%2 == 1 {
+				trials = append(rt, trials...)
+			} else {
+				trials = append(trials, rt...)
+			}
+		}
+		for _, t := range trials {
+			cas, sys, batch := t.cas, t.sys, t.batch
+			prof := b.profilePath(rep, "drain", cas, sys)
+			res, err := attempt(ctx, b, fmt.Sprintf("drain %s %s rep %d", cas, sys, rep+1), func() (drainResult, error) {
+				switch sys {
+				case sysOutboxkit:
+					return b.drainOutboxkit(ctx, batch, kindStore, prof)
+				case sysDelete:
+					return b.drainOutboxkit(ctx, batch, kindStoreDelete, prof)
+				case sysAsync:
+					return b.drainOutboxkit(ctx, batch, kindStoreAsync, prof)
+				case sysWatermill:
+					return b.drainWatermill(ctx, batch, prof)
+				case sysCeilAsync:
+					return b.drainCeiling(ctx, batch, true, prof)
+				case sysCeiling:
+					return b.drainCeiling(ctx, batch, false, prof)
+				default:
+					return b.drainRiver(ctx, t.river, prof)
+				}
+			})
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", sys, cas, err)
+			}
+			b.logf("drain %s %s rep %d: %.0f events/s", cas, sys, rep+1, res.rate(n))
+			b.rep.add("drain", cas, sys, "events/s", res.rate(n))
+			b.rep.add("drain", cas, sys, "Go CPU µs/event", res.procCPU)
+			b.rep.add("drain", cas, sys, "PG CPU µs/event", res.dbCPU)
+			if res.claimMs > 0 {
+				// Per call; full batches go through SettleAndClaim, so
+				// Settle alone only ends a drain.
+				b.rep.add("drain", cas, sys, "claim ms", res.claimMs)
+				b.rep.add("drain", cas, sys, "settle+claim ms", res.pipeMs)
+			}
+			res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "drain", cas, sys, rep+1
+			b.rep.check(res.check)
 		}
 	}
 	return nil
@@ -164,20 +225,29 @@ func (b *bench) runDrain(ctx context.Context) error {
 
 func (b *bench) runLatency(ctx context.Context) error {
 	type variant struct {
-		sys string
-		v   latencyVariant
-		wm  bool
+		sys   string
+		v     latencyVariant
+		wm    bool
+		river *riverSetup
 	}
 	for rep := 0; rep < b.o.reps; rep++ {
 		for _, rate := range b.o.rates {
 			cas := fmt.Sprintf("%d/s", rate)
+			defaults, tuned := riverDefaults(), b.riverTuned()
 			variants := []variant{
+				{sys: sysDefaults, v: latencyVariant{defaults: true}},
 				{sys: sysNotify, v: latencyVariant{mode: postgres.NotifyInTransaction}},
 				{sys: sysAfter, v: latencyVariant{mode: postgres.NotifyAfterCommit}},
 				{sys: sysPoll, v: latencyVariant{mode: postgres.NotifyOff}},
 			}
 			if slices.Contains(b.o.wmRates, rate) {
 				variants = append(variants, variant{sys: sysWmPoll, wm: true})
+			}
+			if b.o.river {
+				variants = append(variants, variant{sys: sysRiverDefaults, river: &defaults})
+				if b.o.extras {
+					variants = append(variants, variant{sys: b.riverTunedSys(), river: &tuned})
+				}
 			}
 			if b.o.proposals {
 				variants = append(variants,
@@ -190,6 +260,9 @@ func (b *bench) runLatency(ctx context.Context) error {
 					if v.wm {
 						return b.latencyWatermill(ctx, rate, prof)
 					}
+					if v.river != nil {
+						return b.latencyRiver(ctx, rate, *v.river, prof)
+					}
 					return b.latencyOutboxkit(ctx, rate, v.v, prof)
 				})
 				if err != nil {
@@ -201,6 +274,7 @@ func (b *bench) runLatency(ctx context.Context) error {
 				b.rep.add("latency", cas, v.sys, "max ms", ms(res.max))
 				b.rep.add("latency", cas, v.sys, "committed/s", res.achieved)
 				if !v.wm {
+					// River's: the backends of its client's connections.
 					b.rep.add("latency", cas, v.sys, "relay PG CPU µs/event", res.relayDBCPU)
 				}
 				res.check.Workload, res.check.Case, res.check.System, res.check.Rep = "latency", cas, v.sys, rep+1
@@ -222,31 +296,44 @@ func (b *bench) runWrite(ctx context.Context) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	b.rep.Notes = append(b.rep.Notes, "write workload: "+b.pgbenchCommand()+" (script per case, see docs/BENCHMARKS.md)")
+	b.rep.Notes = append(b.rep.Notes, "write workload: "+b.pgbenchCommand()+" (script per case, see docs/BENCHMARKS.md)",
+		"write workload, INSERT cases: the Go client (pgx) runs every system, the hand-written baseline with nothing consuming; "+
+			"\"consumer running\" runs outboxkit's relay (core.RelayConfig and postgres.Config defaults) or River's workers during the measurement")
 	for rep := 0; rep < b.o.reps; rep++ {
-		s, err := b.writeSchema(ctx)
+		ws, err := b.writeSchema(ctx)
 		if err != nil {
 			return err
 		}
-		channel := s.name + "." + "outbox_events"
-		for _, c := range rotate(b.writeCases(s, channel), rep) {
-			tps, err := attempt(ctx, b, fmt.Sprintf("write %s %s rep %d", c.name, c.system, rep+1), func() (float64, error) {
-				if err := resetWrite(ctx, s); err != nil {
-					return 0, err
+		channel := ws.main.name + "." + "outbox_events"
+		for _, c := range rotate(b.writeCases(ws.main, channel), rep) {
+			res, err := attempt(ctx, b, fmt.Sprintf("write %s %s rep %d", c.name, c.system, rep+1), func() (writeResult, error) {
+				if err := resetWrite(ctx, ws); err != nil {
+					return writeResult{}, err
 				}
-				if c.system == sysPgbench {
-					return b.writePgbench(ctx, c, dir)
+				prof := b.profilePath(rep, "write", c.name, c.system)
+				var tps float64
+				var err error
+				switch {
+				case c.insert:
+					return b.writeInsert(ctx, ws, c, prof)
+				case c.system == sysPgbench:
+					tps, err = b.writePgbench(ctx, c, dir)
+				default:
+					tps, err = b.writeGo(ctx, ws.main, c, prof)
 				}
-				return b.writeGo(ctx, s, c, b.profilePath(rep, "write", c.name, c.system))
+				return writeResult{tps: tps}, err
 			})
 			if err != nil {
-				_ = s.drop()
+				_ = ws.drop()
 				return fmt.Errorf("%s %s: %w", c.system, c.name, err)
 			}
-			b.logf("write %s %s rep %d: %.0f tx/s", c.name, c.system, rep+1, tps)
-			b.rep.add("write", c.name, c.system, "tx/s", tps)
+			b.logf("write %s %s rep %d: %.0f tx/s", c.name, c.system, rep+1, res.tps)
+			b.rep.add("write", c.name, c.system, "tx/s", res.tps)
+			if c.consume {
+				b.rep.add("write", c.name, c.system, "consumed/s", res.consumed)
+			}
 		}
-		if err := s.drop(); err != nil {
+		if err := ws.drop(); err != nil {
 			return err
 		}
 	}
@@ -329,6 +416,27 @@ func (b *bench) finish() {
 	r.ratioOf("write", "pgbench with NOTIFY / without", "tx/s", caseNotify, sysPgbench, caseEvent, sysPgbench)
 	r.ratioOf("write", "with event / alone (pgbench)", "tx/s", caseEvent, sysPgbench, caseAlone, sysPgbench)
 	r.ratioOf("write", "with event / alone (outboxkit)", "tx/s", caseEvent, sysOutboxkit, caseAlone, sysOutboxkit)
+	tunedSys := b.riverTunedSys()
+	for _, batch := range b.o.batches {
+		cas := fmt.Sprintf("batch=%d", batch)
+		r.ratioOf("drain", "outboxkit / River tuned", "events/s", cas, sysOutboxkit, caseRiver, tunedSys)
+		r.ratioOf("drain", "outboxkit / River defaults", "events/s", cas, sysOutboxkit, caseRiver, sysRiverDefaults)
+	}
+	for _, rate := range b.o.rates {
+		cas := fmt.Sprintf("%d/s", rate)
+		for _, m := range []string{"p50 ms", "p99 ms"} {
+			r.ratio("latency", cas, "outboxkit defaults / River defaults, "+strings.TrimSuffix(m, " ms"), m, sysDefaults, sysRiverDefaults)
+		}
+	}
+	vsHand := func(name, cas, sys string) {
+		r.ratioOf("write", name+" / hand-written outbox INSERT", "tx/s", cas, sys, caseInsertEvent, sysHand)
+	}
+	vsHand("outboxkit defaults", caseInsertConsumed, sysDefaults)
+	vsHand("River defaults", caseInsertConsumed, sysRiverDefaults)
+	vsHand("River tuned", caseInsertConsumed, tunedSys)
+	vsHand("outboxkit defaults, no relay", caseInsertBare, sysDefaults)
+	vsHand("River defaults, insert-only client", caseInsertBare, sysRiverDefaults)
+	r.ratioOf("write", "hand-written outbox INSERT / INSERT alone", "tx/s", caseInsertEvent, sysHand, caseInsertAlone, sysPgx)
 	scaleSys := b.scaleSys()
 	for _, p := range b.o.procs {
 		if p != 1 {
@@ -347,6 +455,9 @@ func (b *bench) finish() {
 	ratioTarget("drain batch 100 ≥ 3 × Watermill", "drain", "batch=100", "outboxkit / watermill", ">=", 3)
 	ratioTarget("drain batch 500 ≥ 3 × Watermill", "drain", "batch=500", "outboxkit / watermill", ">=", 3)
 	ratioTarget("drain batch 500 ≥ 60 % of the SQL ceiling", "drain", "batch=500", "outboxkit / SQL ceiling", ">=", 0.6)
+	for _, batch := range b.o.batches {
+		ratioTarget(fmt.Sprintf("drain batch %d ≥ 3 × River tuned", batch), "drain", fmt.Sprintf("batch=%d", batch), "outboxkit / River tuned", ">=", 3)
+	}
 	seriesTarget := func(name, workload, cas, sys, metric, op string, threshold float64, unit string) {
 		s := r.find(workload, cas, sys, metric)
 		v := 0.0
@@ -360,6 +471,28 @@ func (b *bench) finish() {
 	seriesTarget("latency p50 @1,000/s with NOTIFY (after commit)", "latency", "1000/s", sysAfter, "p50 ms", "<=", 2, "ms")
 	seriesTarget("latency p99 @1,000/s with NOTIFY (after commit)", "latency", "1000/s", sysAfter, "p99 ms", "<=", 10, "ms")
 	ratioTarget("write: UPDATE + Add (NotifyAfterCommit) ≥ 90 % of pgbench UPDATE + INSERT", "write", caseAfter, "outboxkit / pgbench UPDATE + INSERT", ">=", 0.9)
+	// The targets against River and the hand-written INSERT: the
+	// threshold of a comparison is the other side's median.
+	for _, rate := range b.o.rates {
+		cas := fmt.Sprintf("%d/s", rate)
+		for _, m := range []string{"p50 ms", "p99 ms"} {
+			ok, river := r.find("latency", cas, sysDefaults, m), r.find("latency", cas, sysRiverDefaults, m)
+			name := fmt.Sprintf("latency %s @%s/s: outboxkit defaults < River defaults", strings.TrimSuffix(m, " ms"), groupThousands(strconv.Itoa(rate)))
+			if ok == nil || river == nil {
+				r.targetVersus(name, 0, false, "<", 0, "ms", "River defaults")
+			} else {
+				r.targetVersus(name, ok.Median, true, "<", river.Median, "ms", "River defaults")
+			}
+		}
+	}
+	ratioTarget("write: outboxkit defaults (relay running) ≥ 0.95 × the hand-written outbox INSERT", "write", caseInsertConsumed, "outboxkit defaults / hand-written outbox INSERT", ">=", 0.95)
+	const writeVs = "write: outboxkit defaults' ratio to the hand-written INSERT > River defaults' (consumers running)"
+	okW, riverW := r.findRatio("write", caseInsertConsumed, "outboxkit defaults / hand-written outbox INSERT"), r.findRatio("write", caseInsertConsumed, "River defaults / hand-written outbox INSERT")
+	if okW != nil && riverW != nil {
+		r.targetVersus(writeVs, okW.Median, true, ">", riverW.Median, "×", "River defaults")
+	} else {
+		r.targetVersus(writeVs, 0, false, ">", 0, "×", "River defaults")
+	}
 	seriesTarget("qstashdev drain (delivered) ≥ 20,000 events/s", "qstash", fmt.Sprintf("batch=%d concurrency=%d", b.o.qsBatch, b.o.qsConc), sysOutboxkit, "delivered events/s", ">=", 20000, "events/s")
 	seriesTarget("relay peak RSS draining ≤ 64 MiB", "scaleout", "procs=1", scaleSys, "peak RSS MiB", "<=", 64, "MiB")
 	ratioTarget("4 relays ≥ 1 relay's throughput", "scaleout", "procs=4", "4 procs / 1 proc", ">=", 1)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,17 +28,20 @@ func TestMain(m *testing.M) {
 }
 
 // TestSmoke runs a tiny configuration of the harness end to end (drain of
-// every system, and scale-out with two relay processes) so CI keeps it
-// working, and checks what the full run relies on: every event arrived,
-// every row is marked, and no event was published twice under one lease.
+// every system, River's included, and scale-out with two relay processes)
+// so CI keeps it working, and checks what the full run relies on: every
+// event arrived, every row is marked, and no event was published twice
+// under one lease. 1,000 events, because River's defaults work about 1,000
+// jobs a second.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped with -short: runs PostgreSQL and two relay processes")
 	}
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	code := run(ctx, []string{"-workloads", "drain,scaleout", "-events", "2000", "-reps", "1",
+	code := run(ctx, []string{"-workloads", "drain,scaleout", "-events", "1000", "-reps", "1",
 		"-batches", "100", "-procs", "2", "-json"}, nil, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("run exited %d:\n%s", code, stderr.String())
@@ -52,6 +56,19 @@ func TestSmoke(t *testing.T) {
 		if s == nil || len(s.Values) != 1 || !(s.Median > 0) {
 			t.Errorf("drain %s: series %+v, want one positive value", sys, s)
 		}
+	}
+	tunedSys := (&bench{o: &options{riverWorkers: 1000, riverCooldown: 5 * time.Millisecond, riverPoll: 10 * time.Millisecond}}).riverTunedSys()
+	for _, sys := range []string{sysRiverDefaults, tunedSys} {
+		s := rep.find("drain", caseRiver, sys, "events/s")
+		if s == nil || len(s.Values) != 1 || !(s.Median > 0) {
+			t.Errorf("drain %s: series %+v, want one positive value", sys, s)
+		}
+	}
+	if q := rep.findRatio("drain", "batch=100", "outboxkit / River tuned"); q == nil || !(q.Median > 0) {
+		t.Errorf("drain ratio to River tuned: %+v", q)
+	}
+	if rep.Options.River == nil || rep.Options.River.Version != "v0.51.2" {
+		t.Errorf("River in the report's options: %+v, want v0.51.2", rep.Options.River)
 	}
 	scaleSys := fmt.Sprintf("%s batch=%d", sysOutboxkit, 100)
 	if s := rep.find("scaleout", "procs=2", scaleSys, "events/s"); s == nil || !(s.Median > 0) {
@@ -71,17 +88,87 @@ func TestSmoke(t *testing.T) {
 			drains++
 		case "scaleout":
 			scales++
-			if !strings.Contains(c.Detail, "2000 publishes of 2000 events by 2 processes") ||
+			if !strings.Contains(c.Detail, "1000 publishes of 1000 events by 2 processes") ||
 				!strings.Contains(c.Detail, "0 never published, 0 published more than once (0 pairs under one lease") {
 				t.Errorf("scaleout check: %s", c.Detail)
 			}
 		}
 	}
-	if drains != 4 || scales != 1 {
-		t.Errorf("got %d drain and %d scaleout checks, want 4 and 1", drains, scales)
+	if drains != 6 || scales != 1 {
+		t.Errorf("got %d drain and %d scaleout checks, want 6 and 1", drains, scales)
 	}
 	if len(rep.Targets) == 0 || !strings.Contains(stderr.String(), "## Targets") {
 		t.Errorf("no targets table on stderr:\n%s", stderr.String())
+	}
+}
+
+// TestSmokeRiver runs the River paths of the latency and write workloads,
+// and outboxkit's defaults beside them, at tiny sizes (the drain's are in
+// TestSmoke): the full workloads would take minutes, the paths a few
+// seconds.
+func TestSmokeRiver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs PostgreSQL and River")
+	}
+	// Beside TestSmoke: each measures only that its systems work, not how
+	// fast, and together they take the time of the longer.
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o, err := parseOptions([]string{"-latency-duration", "1s", "-write-duration", "250ms", "-writers", "4"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := newPool(ctx, o.dsn, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var logs bytes.Buffer
+	b := &bench{o: o, admin: admin, log: io.Discard, stderr: &lockedWriter{w: &logs}, rep: &Report{}}
+	defer b.dropLeftovers(context.Background())
+
+	for name, lat := range map[string]func() (latencyResult, error){
+		"River defaults":     func() (latencyResult, error) { return b.latencyRiver(ctx, 200, riverDefaults(), "") },
+		"outboxkit defaults": func() (latencyResult, error) { return b.latencyOutboxkit(ctx, 200, latencyVariant{defaults: true}, "") },
+	} {
+		res, err := lat()
+		if err != nil {
+			t.Fatalf("latency %s: %v", name, err)
+		}
+		if !res.check.OK || !(res.p50 > 0) || res.p99 < res.p50 {
+			t.Errorf("latency %s: p50 %v p99 %v, check %+v", name, res.p50, res.p99, res.check)
+		}
+	}
+
+	ws, err := b.writeSchema(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.drop() //nolint:errcheck // dropLeftovers tries again
+	cases := b.insertCases()
+	if len(cases) != 7 {
+		t.Errorf("%d insert cases, want 7 (with -extras and -river)", len(cases))
+	}
+	for _, c := range cases {
+		if err := resetWrite(ctx, ws); err != nil {
+			t.Fatal(err)
+		}
+		res, err := b.writeInsert(ctx, ws, c, "")
+		if err != nil {
+			t.Fatalf("write %s %s: %v", c.name, c.system, err)
+		}
+		if !(res.tps > 0) || c.consume != (res.consumed > 0) {
+			t.Errorf("write %s %s: %.0f tx/s, %.0f consumed/s", c.name, c.system, res.tps, res.consumed)
+		}
+	}
+	// Rows where each case's writer put them: the last River case's jobs,
+	// worked by its client, are in River's schema.
+	if n, err := tableCount(ctx, ws.river, "river_job"); err != nil || n == 0 {
+		t.Errorf("river_job holds %d rows (%v), want the last case's jobs", n, err)
+	}
+	if logs.Len() > 0 {
+		t.Logf("River's log:\n%s", logs.String())
 	}
 }
 
@@ -158,7 +245,10 @@ func TestRatiosAndTargets(t *testing.T) {
 	c := r.ratio("drain", "batch=500", "outboxkit / SQL ceiling", "events/s", sysOutboxkit, sysCeiling)
 	r.target("≥ 60 %", c.Median, true, ">=", 0.6, "×")
 	r.target("≤ 2 ms", 2.5, true, "<=", 2, "ms")
-	want := []bool{true, true, false}
+	r.targetVersus("below River", 0.7, true, "<", 58, "ms", "River defaults")
+	r.targetVersus("above River", 0.2, true, ">", 0.54, "×", "River defaults")
+	r.targetVersus("River not run", 0, false, "<", 0, "ms", "River defaults")
+	want := []bool{true, true, false, true, false, false}
 	for i, tg := range r.Targets {
 		if tg.Met != want[i] {
 			t.Errorf("target %q: met=%v, want %v (value %v)", tg.Name, tg.Met, want[i], tg.Value)
@@ -169,7 +259,10 @@ func TestRatiosAndTargets(t *testing.T) {
 	}
 	var out bytes.Buffer
 	r.writeTables(&out)
-	for _, s := range []string{"| batch=500 | outboxkit | 30.0 (27.0–36.0) |", "**missed** by 25 %", "**met**, 0 % to spare"} {
+	for _, s := range []string{"| batch=500 | outboxkit | 30.0 (27.0–36.0) |", "**missed** by 25 %", "**met**, 0 % to spare",
+		"| below River | 0.70 ms | < 58.0 ms (River defaults) | **met**, 99 % to spare |",
+		"| above River | 0.20 × | > 0.54 × (River defaults) | **missed** by 63 % |",
+		"| River not run | not run | < River defaults | – |"} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("tables lack %q:\n%s", s, out.String())
 		}
@@ -186,7 +279,8 @@ func TestParseOptions(t *testing.T) {
 	if !o.has("drain") || !o.has("write") || o.has("latency") || o.reps != 5 || len(o.batches) != 2 || o.batches[0] != 50 {
 		t.Errorf("parsed %+v", o)
 	}
-	for _, bad := range [][]string{{"-workloads", "soak"}, {"-batches", "0"}, {"-reps", "0"}, {"extra"}} {
+	for _, bad := range [][]string{{"-workloads", "soak"}, {"-batches", "0"}, {"-reps", "0"}, {"extra"},
+		{"-river-workers", "0"}, {"-river-cooldown", "0s"}, {"-river-cooldown", "20ms", "-river-poll", "10ms"}} {
 		if _, err := parseOptions(bad, &stderr); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -24,6 +25,12 @@ import (
 type cpuMeter struct {
 	pids       []int
 	proc0, db0 time.Duration
+	// With app set, the backends are those whose application_name is app
+	// at stop, found through admin; start holds their CPU time at the
+	// start (0 for backends that connected since).
+	app   string
+	admin *pgxpool.Pool
+	start map[int]time.Duration
 }
 
 // backendPIDs returns the server process IDs of every connection of pool
@@ -66,10 +73,50 @@ func newCPUMeter(ctx context.Context, pools ...*pgxpool.Pool) (*cpuMeter, error)
 	return m, nil
 }
 
+// newAppCPUMeter starts measuring this process and the backends whose
+// application_name is app, including those that connect while it runs.
+// River needs it: its listener takes a connection out of the pool
+// (Hijack) and the pool opens another, which a meter of the pool's
+// connections at the start would miss. A backend that disconnects before
+// stop is missed, which none of River's does during a trial.
+func newAppCPUMeter(ctx context.Context, admin *pgxpool.Pool, app string) (*cpuMeter, error) {
+	pids, err := appPIDs(ctx, admin, app)
+	if err != nil {
+		return nil, err
+	}
+	m := &cpuMeter{app: app, admin: admin, start: make(map[int]time.Duration, len(pids))}
+	for _, pid := range pids {
+		m.start[pid] = pidsCPU([]int{pid})
+	}
+	m.proc0 = cpuTime()
+	return m, nil
+}
+
+func appPIDs(ctx context.Context, admin *pgxpool.Pool, app string) ([]int, error) {
+	rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, app)
+	if err != nil {
+		return nil, fmt.Errorf("backends of %s: %w", app, err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int])
+}
+
 // stop returns the CPU time used since start by this process and by the
 // backends (0 when /proc does not show them).
 func (m *cpuMeter) stop() (proc, db time.Duration) {
-	return cpuTime() - m.proc0, pidsCPU(m.pids) - m.db0
+	proc = cpuTime() - m.proc0
+	if m.app == "" {
+		return proc, pidsCPU(m.pids) - m.db0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	pids, err := appPIDs(ctx, m.admin, m.app)
+	if err != nil {
+		return proc, 0
+	}
+	for _, pid := range pids {
+		db += pidsCPU([]int{pid}) - m.start[pid]
+	}
+	return proc, db
 }
 
 // clockTick is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every

@@ -17,7 +17,17 @@
 //     the same batch size (SubscribeBatchSize) and a 10 ms poll;
 //   - ceiling: the one-statement claim-and-mark run by the same Go client
 //     with two workers. It takes no lease, so it is not a valid relay: it
-//     bounds what any relay can do on this database.
+//     bounds what any relay can do on this database;
+//   - River (river.go, -river): riverqueue/river over riverpgxv5, jobs
+//     inserted with InsertTx (InsertManyFast for the drain's backlog) and
+//     worked by a no-op worker, with its defaults (MaxWorkers 100) and
+//     tuned for throughput (-river-workers, -river-cooldown, -river-poll),
+//     its tables created by rivermigrate in a schema of their own.
+//
+// The write workload also compares, with a business INSERT in each
+// transaction, the seed article's outbox table written by hand (the
+// baseline of the targets), outboxkit's Add with its defaults and River's
+// InsertTx, the libraries with their consumers running (write_insert.go).
 //
 // Workloads (-workloads, comma-separated): drain, latency, write, qstash,
 // scaleout. Each trial creates its own schema (bench_<random>) and drops it

@@ -27,6 +27,9 @@ type latencyResult struct {
 // latencyVariant is how outboxkit runs in a latency measurement.
 type latencyVariant struct {
 	mode postgres.NotifyMode
+	// defaults runs the store and the relay with their defaults (mode
+	// is then ignored): what a user who configures nothing gets.
+	defaults bool
 	// async runs the relay's connections with synchronous_commit=off (a
 	// proposal, see proposal.go).
 	async bool
@@ -105,9 +108,14 @@ func latencyIDs(n int) ([]core.ID, *arrivals) {
 // polls every 10 ms, like Watermill here.
 //
 // With postgres.NotifyAfterCommit the producers call Store.Notify after
-// each COMMIT: the store's coalesced wake-up.
+// each COMMIT: the store's coalesced wake-up. With defaults, the store and
+// the relay run with their zero configurations (batch 100, 1 s poll,
+// whatever wake-up the store defaults to).
 func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant, profile string) (latencyResult, error) {
 	mode := v.mode
+	if v.defaults {
+		mode = postgres.Config{}.WithDefaults().Notify
+	}
 	notify := mode != postgres.NotifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
 	s, err := b.outboxSchema(ctx)
@@ -132,11 +140,15 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant
 		return latencyResult{}, err
 	}
 	defer prodPool.Close()
-	relayStore, err := postgres.New(relayPool, &postgres.Config{Schema: s.name, Notify: mode})
+	cfg := postgres.Config{Schema: s.name, Notify: mode}
+	if v.defaults {
+		cfg = postgres.Config{Schema: s.name}
+	}
+	relayStore, err := postgres.New(relayPool, &cfg)
 	if err != nil {
 		return latencyResult{}, err
 	}
-	prodStore, err := postgres.New(prodPool, &postgres.Config{Schema: s.name, Notify: mode})
+	prodStore, err := postgres.New(prodPool, &cfg)
 	if err != nil {
 		return latencyResult{}, err
 	}
@@ -148,9 +160,11 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant
 		poll = 10 * time.Millisecond
 		once.Do(func() { close(listening) })
 	}
-	relay, err := core.NewRelay(store, &countSink{arrivals: arr}, &core.RelayConfig{
-		BatchSize: 100, DisableNotifier: !notify, PollInterval: poll,
-	})
+	rcfg := &core.RelayConfig{BatchSize: 100, DisableNotifier: !notify, PollInterval: poll}
+	if v.defaults {
+		rcfg = &core.RelayConfig{}
+	}
+	relay, err := core.NewRelay(store, &countSink{arrivals: arr}, rcfg)
 	if err != nil {
 		return latencyResult{}, err
 	}

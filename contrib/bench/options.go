@@ -36,11 +36,16 @@ type options struct {
 	qsBatch    int
 	qsConc     int
 	wmRates    []int
-	extras     bool
-	proposals  bool
-	jsonOut    bool
-	profileDir string
-	verbose    bool
+	river      bool
+	// River tuned for throughput (river.go).
+	riverWorkers  int
+	riverCooldown time.Duration
+	riverPoll     time.Duration
+	extras        bool
+	proposals     bool
+	jsonOut       bool
+	profileDir    string
+	verbose       bool
 
 	// Child-process role (hidden).
 	role      string
@@ -66,7 +71,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.events, "events", 100_000, "events preloaded for the drain, qstash and scaleout workloads")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; tables show medians")
 	fs.StringVar(&batches, "batches", "100,500", "batch sizes for the drain workload")
-	fs.StringVar(&rates, "rates", "500,1000,2000", "events/s for the latency workload")
+	fs.StringVar(&rates, "rates", "500,1000,2000,5000", "events/s for the latency workload")
 	fs.DurationVar(&o.latencyFor, "latency-duration", 10*time.Second, "length of each paced latency run")
 	fs.DurationVar(&o.writeFor, "write-duration", 10*time.Second, "length of each write-overhead run (pgbench -T)")
 	fs.IntVar(&o.writers, "writers", 8, "concurrent writers (write workload) and producers (latency workload)")
@@ -76,6 +81,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.qsBatch, "qstash-batch", 100, "relay batch size in the qstash workload")
 	fs.IntVar(&o.qsConc, "qstash-concurrency", 2, "relay Concurrency in the qstash workload")
 	wmRates := fs.String("watermill-rates", "500,1000", "rates at which the latency workload also measures Watermill's forwarder (10 ms poll); \"none\" for none")
+	fs.BoolVar(&o.river, "river", true, "also run River (riverqueue/river), with its defaults and tuned, in the drain, latency and write workloads")
+	fs.IntVar(&o.riverWorkers, "river-workers", 1000, "MaxWorkers of River tuned for throughput")
+	fs.DurationVar(&o.riverCooldown, "river-cooldown", 5*time.Millisecond, "FetchCooldown of River tuned for throughput")
+	fs.DurationVar(&o.riverPoll, "river-poll", 10*time.Millisecond, "FetchPollInterval of River tuned for throughput (at least -river-cooldown)")
 	fs.BoolVar(&o.extras, "extras", true, "also run the diagnostic variants (DeletePublished drain, NOTIFY costs in the write workload)")
 	fs.BoolVar(&o.proposals, "proposals", false, "also measure the prototypes of proposed store and relay changes (proposal.go)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON results on stdout (the table goes to stderr)")
@@ -125,6 +134,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-latency-duration and -write-duration must be positive")
 	case o.procBatch < 1 || o.qsBatch < 1 || o.qsConc < 1:
 		return nil, errors.New("-procs-batch, -qstash-batch and -qstash-concurrency must be at least 1")
+	case o.riverWorkers < 1 || o.riverWorkers > 10_000:
+		return nil, errors.New("-river-workers must be between 1 and 10000 (River's QueueNumWorkersMax)")
+	case o.riverCooldown < time.Millisecond || o.riverPoll < o.riverCooldown:
+		return nil, errors.New("-river-cooldown must be at least 1ms (River's FetchCooldownMin) and -river-poll at least -river-cooldown")
 	}
 	return o, nil
 }

@@ -39,6 +39,16 @@ type RunConfig struct {
 	WallSeconds     float64  `json:"wall_seconds"`
 	PreloadMethod   string   `json:"preload_method"`
 	CommandLineArgs []string `json:"args"`
+	// River is the comparator's version and configurations (nil without
+	// -river).
+	River *RiverConfig `json:"river,omitempty"`
+}
+
+// RiverConfig records which River ran and how.
+type RiverConfig struct {
+	Version  string `json:"version"`
+	Defaults string `json:"defaults"`
+	Tuned    string `json:"tuned"`
 }
 
 // Series is one measured quantity of one system in one case, one value per
@@ -67,7 +77,7 @@ type Ratio struct {
 type Target struct {
 	Name      string  `json:"name"`
 	Value     float64 `json:"value"`
-	Op        string  `json:"op"` // ">=" or "<="
+	Op        string  `json:"op"` // ">=", "<=", ">" or "<"
 	Threshold float64 `json:"threshold"`
 	Unit      string  `json:"unit"`
 	Met       bool    `json:"met"`
@@ -75,6 +85,9 @@ type Target struct {
 	// the threshold, relative to the threshold.
 	Margin float64 `json:"margin"`
 	Found  bool    `json:"found"`
+	// Versus names what the threshold was measured on, when it is another
+	// system's median in the same run rather than a fixed goal.
+	Versus string `json:"versus,omitempty"`
 }
 
 // Check is a correctness assertion made during the run (every event
@@ -153,13 +166,30 @@ func (r *Report) target(name string, v float64, found bool, op string, threshold
 		switch op {
 		case ">=":
 			t.Met = v >= threshold
-			t.Margin = v/threshold - 1
+		case ">":
+			t.Met = v > threshold
 		case "<=":
 			t.Met = v <= threshold
+		case "<":
+			t.Met = v < threshold
+		}
+		switch {
+		case threshold == 0:
+			// A comparison with a median of 0 has no relative margin.
+		case op == ">=" || op == ">":
+			t.Margin = v/threshold - 1
+		default:
 			t.Margin = 1 - v/threshold
 		}
 	}
 	r.Targets = append(r.Targets, t)
+}
+
+// targetVersus records a goal whose threshold is another system's median
+// of the same run (found=false when either side did not run).
+func (r *Report) targetVersus(name string, v float64, found bool, op string, threshold float64, unit, versus string) {
+	r.target(name, v, found, op, threshold, unit)
+	r.Targets[len(r.Targets)-1].Versus = versus
 }
 
 func median(v []float64) float64 {
@@ -192,7 +222,11 @@ func (r *Report) writeTables(w io.Writer) {
 	if len(e.PGSettings) > 0 {
 		fmt.Fprintf(w, "- PostgreSQL settings not at their defaults: %s\n", strings.Join(e.PGSettings, ", "))
 	}
-	fmt.Fprintf(w, "- run: %s, %d repetition(s), %.0f s wall, %s\n\n", strings.Join(r.Options.Workloads, ","), r.Options.Reps, r.Options.WallSeconds, r.Options.PreloadMethod)
+	fmt.Fprintf(w, "- run: %s, %d repetition(s), %.0f s wall, %s\n", strings.Join(r.Options.Workloads, ","), r.Options.Reps, r.Options.WallSeconds, r.Options.PreloadMethod)
+	if rv := r.Options.River; rv != nil {
+		fmt.Fprintf(w, "- River %s: defaults: %s; tuned: %s\n", rv.Version, rv.Defaults, rv.Tuned)
+	}
+	fmt.Fprintln(w)
 
 	var workloads []string
 	for _, s := range r.Series {
@@ -244,8 +278,15 @@ func (r *Report) writeTables(w io.Writer) {
 	if len(r.Targets) > 0 {
 		fmt.Fprintf(w, "## Targets\n\n| target | measured | goal | verdict |\n|---|---|---|---|\n")
 		for _, t := range r.Targets {
+			goal := fmt.Sprintf("%s %s %s", t.Op, fmtNum(t.Threshold), t.Unit)
+			switch {
+			case t.Versus != "" && !t.Found:
+				goal = t.Op + " " + t.Versus
+			case t.Versus != "":
+				goal += " (" + t.Versus + ")"
+			}
 			if !t.Found {
-				fmt.Fprintf(w, "| %s | not run | %s %s %s | – |\n", t.Name, t.Op, fmtNum(t.Threshold), t.Unit)
+				fmt.Fprintf(w, "| %s | not run | %s | – |\n", t.Name, goal)
 				continue
 			}
 			// Margin's sign already says which side of the threshold the
@@ -254,7 +295,7 @@ func (r *Report) writeTables(w io.Writer) {
 			if !t.Met {
 				verdict = fmt.Sprintf("**missed** by %.0f %%", -100*t.Margin)
 			}
-			fmt.Fprintf(w, "| %s | %s %s | %s %s %s | %s |\n", t.Name, fmtNum(t.Value), t.Unit, t.Op, fmtNum(t.Threshold), t.Unit, verdict)
+			fmt.Fprintf(w, "| %s | %s %s | %s | %s |\n", t.Name, fmtNum(t.Value), t.Unit, goal, verdict)
 		}
 		fmt.Fprintln(w)
 	}

@@ -82,11 +82,28 @@ func newArrivals(ids []core.ID) *arrivals {
 	return a
 }
 
+// newIndexedArrivals is newArrivals for systems whose messages carry the
+// event's index rather than an event ID (River's job arguments).
+func newIndexedArrivals(n int) *arrivals {
+	return &arrivals{
+		commitAt: make([]atomic.Int64, n),
+		arriveAt: make([]atomic.Int64, n),
+		all:      make(chan struct{}),
+	}
+}
+
 func (a *arrivals) committed(i int) { a.commitAt[i].Store(nanotime()) }
 
 func (a *arrivals) arrive(id core.ID, now int64) {
-	i, ok := a.index[id]
-	if !ok {
+	if i, ok := a.index[id]; ok {
+		a.arriveIndex(i, now)
+	}
+}
+
+// arriveIndex stamps the first arrival of event i and counts later ones as
+// duplicates; an index outside the run is ignored.
+func (a *arrivals) arriveIndex(i int, now int64) {
+	if i < 0 || i >= len(a.arriveAt) {
 		return
 	}
 	if !a.arriveAt[i].CompareAndSwap(0, now) {

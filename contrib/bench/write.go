@@ -36,6 +36,22 @@ type writeCase struct {
 	notify postgres.NotifyMode
 	// interval is the store's NotifyInterval (0: its default).
 	interval time.Duration
+
+	// insert marks the cases whose business statement is an INSERT of an
+	// order, compared with the hand-written outbox INSERT (write_insert.go);
+	// outbox says who writes the event, consume whether the system's
+	// consumer (outboxkit's relay, River's workers) runs meanwhile, and
+	// river is River's configuration.
+	insert  bool
+	outbox  eventWriter
+	consume bool
+	river   riverSetup
+}
+
+// writeResult is one write measurement.
+type writeResult struct {
+	tps      float64 // business transactions committed per second
+	consumed float64 // events the consumer handled per second (0: none ran)
 }
 
 const (
@@ -74,37 +90,76 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 			writeCase{name: caseUnpaced, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit, interval: -1},
 		)
 	}
-	return cases
+	return append(cases, b.insertCases()...)
 }
 
-// writeSchema creates the outbox and the business table.
-func (b *bench) writeSchema(ctx context.Context) (*schema, error) {
+// writeSchemas are the schemas of one repetition of the write workload:
+// outboxkit's tables and the business tables in main, the seed article's
+// outbox table in article, and River's tables in river (nil without
+// -river).
+type writeSchemas struct {
+	main, article, river *schema
+}
+
+// writeSchema creates the outbox, the business tables, the article's
+// outbox and River's schema.
+func (b *bench) writeSchema(ctx context.Context) (*writeSchemas, error) {
 	s, err := b.outboxSchema(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ws := &writeSchemas{main: s}
 	_, err = b.admin.Exec(ctx, `CREATE TABLE `+s.table("accounts")+` (id integer PRIMARY KEY, balance bigint NOT NULL DEFAULT 0);
-INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+strconv.Itoa(accountRows)+`);`)
+INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+strconv.Itoa(accountRows)+`);
+`+ordersDDL(s))
 	if err == nil {
 		_, err = b.admin.Exec(ctx, `VACUUM ANALYZE `+s.table("accounts"))
 	}
 	if err != nil {
-		_ = s.drop()
-		return nil, fmt.Errorf("create accounts: %w", err)
+		_ = ws.drop()
+		return nil, fmt.Errorf("create business tables: %w", err)
 	}
-	return s, nil
+	if ws.article, err = b.articleSchema(ctx); err != nil {
+		_ = ws.drop()
+		return nil, err
+	}
+	if b.o.river {
+		if ws.river, err = b.riverSchema(ctx); err != nil {
+			_ = ws.drop()
+			return nil, err
+		}
+	}
+	return ws, nil
 }
 
-// resetWrite empties the outbox, vacuums the business table and
-// checkpoints, so every measurement starts from the same state: the same
-// table sizes and no dirty pages that the previous one left to flush.
-func resetWrite(ctx context.Context, s *schema) error {
-	for _, q := range []string{
-		`TRUNCATE ` + s.table(postgres.DefaultTable),
-		`VACUUM ANALYZE ` + s.table("accounts"),
-		`VACUUM ANALYZE ` + s.table(postgres.DefaultTable),
-		`CHECKPOINT`,
-	} {
+// drop drops every schema of ws.
+func (ws *writeSchemas) drop() error {
+	var first error
+	for _, s := range []*schema{ws.main, ws.article, ws.river} {
+		if s != nil {
+			if err := s.drop(); err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// resetWrite empties the outboxes, the job table and the orders, vacuums
+// the tables and checkpoints, so every measurement starts from the same
+// state: the same table sizes and no dirty pages that the previous one
+// left to flush.
+func resetWrite(ctx context.Context, ws *writeSchemas) error {
+	s := ws.main
+	tables := []string{s.table(postgres.DefaultTable), s.table("orders"), ws.article.table(articleTable)}
+	if ws.river != nil {
+		tables = append(tables, ws.river.table("river_job"))
+	}
+	qs := []string{`TRUNCATE ` + strings.Join(tables, ", "), `VACUUM ANALYZE ` + s.table("accounts")}
+	for _, t := range tables {
+		qs = append(qs, `VACUUM ANALYZE `+t)
+	}
+	for _, q := range append(qs, `CHECKPOINT`) {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
 		}

@@ -95,11 +95,27 @@ func (s *schema) ident() string { return pgx.Identifier{s.name}.Sanitize() }
 // table returns the quoted, schema-qualified name of table.
 func (s *schema) table(table string) string { return pgx.Identifier{s.name, table}.Sanitize() }
 
-// drop removes the schema and everything in it, even when ctx is done.
+// drop removes the schema and everything in it, even when ctx is done,
+// with the publications outboxkit's migrations made for its tables (the
+// WAL wake-up's): publications belong to the database, so DROP SCHEMA
+// would leave them behind, empty, one per trial.
 func (s *schema) drop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := s.pool.Exec(ctx, "DROP SCHEMA "+s.ident()+" CASCADE")
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT pubname FROM pg_publication_tables WHERE schemaname = $1 AND pubname LIKE 'outboxkit%'`, s.name)
+	if err != nil {
+		return fmt.Errorf("publications of %s: %w", s.name, err)
+	}
+	pubs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("publications of %s: %w", s.name, err)
+	}
+	for _, p := range pubs {
+		if _, err := s.pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{p}.Sanitize()); err != nil {
+			return fmt.Errorf("drop publication %s: %w", p, err)
+		}
+	}
+	_, err = s.pool.Exec(ctx, "DROP SCHEMA "+s.ident()+" CASCADE")
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,14 @@ type Relay struct {
 	// wake holds at most one pending wake-up: a notification, or a worker
 	// that found a full batch asking another worker to join in.
 	wake chan struct{}
+
+	// notifications counts the store's wake-ups (not the relay's own), so
+	// a worker can tell whether the events it found had been announced.
+	notifications atomic.Uint64
+	// lastFind is when (Clock time, in Unix nanoseconds; 0 for never) a
+	// claim last found events no wake-up had announced: the poll waits
+	// grow with the time since (pollWait).
+	lastFind atomic.Int64
 
 	runMu   sync.Mutex
 	running bool
@@ -148,7 +157,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := n.Listen(ctx, r.Wake); err != nil && ctx.Err() == nil {
+			if err := n.Listen(ctx, r.notified); err != nil && ctx.Err() == nil {
 				r.log.Warn("outbox notifier stopped; relying on polling", "error", err)
 			}
 		}()
@@ -166,21 +175,88 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
+// notified is the wake function handed to the store's Notifier: a Wake
+// that is counted, so that workers know the store announces events.
+func (r *Relay) notified() {
+	r.notifications.Add(1)
+	r.Wake()
+}
+
 // work is one worker's loop: process batches while there are due events,
-// then wait for a wake-up or the poll interval.
+// then wait for a wake-up or the poll (pollWait says how long).
 func (r *Relay) work(ctx, hardCtx context.Context) {
+	woken := true // Run wakes the workers as it starts them
+	seen := r.notifications.Load()
 	for ctx.Err() == nil {
-		if _, err := r.runBatches(ctx, hardCtx, true); err != nil && ctx.Err() == nil {
+		began := r.notifications.Load()
+		found, err := r.runBatches(ctx, hardCtx, true)
+		if err != nil && ctx.Err() == nil {
 			r.log.Error("outbox relay batch failed", "error", err)
 		}
-		t := r.cfg.Clock.NewTimer(r.cfg.PollInterval)
+		// Announced: the store sent a wake-up between this worker's
+		// previous look and the end of this one, which may have been
+		// about the events it found.
+		announced := r.notifications.Load() != seen
+		seen = began
+		t := r.cfg.Clock.NewTimer(r.pollWait(woken, found, announced))
 		select {
 		case <-ctx.Done():
 		case <-r.wake:
+			woken = true
 		case <-t.C():
+			woken = false
 		}
 		t.Stop()
 	}
+}
+
+// pollBackoff divides the idle time into the poll wait: once polls stop
+// finding events, the relay waits an eighth of the time since they last
+// did. An event written after the relay has been idle for t therefore
+// waits at most about t/8 (plus a round trip), while an idle relay reaches
+// PollInterval after 8 × PollInterval and spends about 8·ln(PollInterval /
+// MinPollInterval) polls getting there (~55 from 1 ms to 1 s).
+const pollBackoff = 8
+
+// pollWait is how long a worker waits for a wake-up before it polls again,
+// given how it was last woken (a wake-up rather than its timer), how many
+// events it has just processed and whether the store announced any
+// meanwhile.
+//
+// Why adaptive, and why in the relay: writers that notify cost themselves
+// throughput (PostgreSQL serialises the commits of notifying
+// transactions), so by default the PostgreSQL store's writers send
+// nothing, and a relay without a wake-up stream learns of new events only
+// by looking. Polling every millisecond all the time would cost an idle
+// relay a thousand claims a second; polling every second would make every
+// event wait up to a second. So while polls find events nobody announced,
+// the relay looks again after MinPollInterval; once they stop, the wait
+// grows with the idle time (pollBackoff) up to PollInterval. Events a
+// wake-up announced do not speed polling up: the wake-ups already bring
+// the relay at once, and polling fast beside them would only double the
+// claims.
+//
+// One exception: a wake-up that found nothing may have overtaken the
+// commit it announced (a replication stream can report a commit a moment
+// before other sessions see it), so the worker looks once more after
+// MinPollInterval.
+func (r *Relay) pollWait(woken bool, found int, announced bool) time.Duration {
+	now := r.cfg.Clock.Now()
+	switch {
+	case found > 0 && !announced:
+		r.lastFind.Store(now.UnixNano())
+	case found == 0 && woken && announced:
+		return r.cfg.MinPollInterval
+	}
+	last := r.lastFind.Load()
+	if last == 0 {
+		return r.cfg.PollInterval
+	}
+	// Each worker waits Concurrency times the relay's interval, so that
+	// the relay as a whole looks about once per interval, not once per
+	// worker.
+	wait := time.Duration(r.cfg.Concurrency) * max(now.Sub(time.Unix(0, last))/pollBackoff, r.cfg.MinPollInterval)
+	return min(wait, r.cfg.PollInterval)
 }
 
 // Drain processes batches until none is due and returns how many events it

@@ -22,10 +22,19 @@ type RelayConfig struct {
 	LeaseDuration time.Duration
 	// PublishTimeout bounds one Publish call. Defaults to 10s.
 	PublishTimeout time.Duration
-	// PollInterval is how long an idle relay waits before looking for due
-	// events again when no wake-up arrives. It also bounds how late a retry or
-	// a missed notification is picked up. Defaults to 1s.
+	// PollInterval is the longest an idle relay waits before looking for
+	// due events again when no wake-up arrives. It also bounds how late a
+	// retry or a missed notification is picked up. Defaults to 1s.
 	PollInterval time.Duration
+	// MinPollInterval is how soon the relay looks again while its polls
+	// keep finding events that no wake-up announced (writers that do not
+	// notify, a store without a Notifier): fast while events flow, it then
+	// backs off as the relay stays idle, waiting an eighth of the time
+	// since its polls last found such events, up to PollInterval. The
+	// interval is the relay's, shared by its Concurrency workers. Defaults
+	// to 1ms (or PollInterval if that is shorter); set it to PollInterval
+	// to poll at a fixed rate.
+	MinPollInterval time.Duration
 	// ShutdownTimeout is how long Run, once its context is done, lets
 	// in-flight publishes finish before cancelling them and releasing their
 	// events. Defaults to 10s; a negative value cancels them at once. It
@@ -55,6 +64,9 @@ type RelayConfig struct {
 	Clock Clock
 }
 
+// DefaultMinPollInterval is RelayConfig.MinPollInterval's default.
+const DefaultMinPollInterval = time.Millisecond
+
 // WithDefaults returns a copy of c with zero fields set to their defaults.
 func (c RelayConfig) WithDefaults() RelayConfig {
 	if c.BatchSize == 0 {
@@ -74,6 +86,9 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = time.Second
+	}
+	if c.MinPollInterval == 0 {
+		c.MinPollInterval = min(DefaultMinPollInterval, c.PollInterval)
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -101,6 +116,10 @@ func (c RelayConfig) validate() error {
 			"), or a lease could expire while its publish still runs and another relay would publish the same events: shorten PublishTimeout or lengthen LeaseDuration"}
 	case c.PollInterval <= 0:
 		return &ConfigError{Field: "PollInterval", Reason: "must be positive"}
+	case c.MinPollInterval <= 0:
+		return &ConfigError{Field: "MinPollInterval", Reason: "must be positive"}
+	case c.MinPollInterval > c.PollInterval:
+		return &ConfigError{Field: "MinPollInterval", Reason: "must not exceed PollInterval (" + c.PollInterval.String() + "): it is the fastest the relay polls, PollInterval the slowest"}
 	}
 	return c.Retry.validate()
 }

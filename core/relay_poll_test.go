@@ -1,0 +1,164 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outboxkit/adapters/memory"
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// waitDeadline waits until the relay armed a timer firing exactly at when.
+func (f *relayFixture) waitDeadline(when time.Time, what string) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.clock.WaitForDeadline(ctx, when); err != nil {
+		f.t.Fatalf("no timer at %v (+%v) for %s: %v", when, when.Sub(start), what, err)
+	}
+}
+
+// Events that no wake-up announced (writers that do not notify) make the
+// relay poll again after MinPollInterval, and the waits then grow with
+// the idle time, an eighth of it, up to PollInterval.
+func TestRelayPollsFastWhileUnannouncedEventsFlow(t *testing.T) {
+	f := newRelayFixture(t, nil, nil, core.RelayConfig{
+		DisableNotifier: true, Concurrency: 1, PollInterval: time.Second, MinPollInterval: time.Millisecond,
+	})
+	f.run()
+	// Nothing found yet: an idle relay waits the whole PollInterval.
+	f.waitDeadline(start.Add(time.Second), "the idle poll")
+	f.add(3)
+	f.clock.Advance(time.Second)
+	waitPublished(t, f.pub, 3)
+	found := start.Add(time.Second)
+	f.waitDeadline(found.Add(time.Millisecond), "the fast poll after a find")
+
+	f.clock.Advance(time.Millisecond) // an empty poll 1 ms after the find: still the minimum
+	f.waitDeadline(found.Add(2*time.Millisecond), "the second fast poll")
+	// The clock moves at once, and the timer fires: the next wait is
+	// computed at the new time.
+	f.clock.Advance(79 * time.Millisecond) // 80 ms idle: wait 10 ms
+	f.waitDeadline(found.Add(90*time.Millisecond), "the poll after 80 ms idle")
+	f.clock.Advance(10 * time.Second) // long idle: back to PollInterval
+	f.waitDeadline(found.Add(80*time.Millisecond+11*time.Second), "the idle poll after backing off")
+
+	// New events are found by that poll, and polling speeds up again.
+	f.add(2)
+	f.clock.Advance(time.Second)
+	waitPublished(t, f.pub, 5)
+	f.waitDeadline(f.clock.Now().Add(time.Millisecond), "the fast poll after the second find")
+}
+
+// The relay's interval is shared by its workers: each waits Concurrency
+// times it, so that two workers together still poll about once a
+// millisecond rather than twice.
+func TestRelayFastPollIsPerRelay(t *testing.T) {
+	f := newRelayFixture(t, nil, nil, core.RelayConfig{
+		DisableNotifier: true, Concurrency: 2, PollInterval: time.Second, MinPollInterval: time.Millisecond,
+	})
+	f.run()
+	f.idle(2)
+	f.add(1)
+	f.clock.Advance(time.Second)
+	waitPublished(t, f.pub, 1)
+	f.waitDeadline(f.clock.Now().Add(2*time.Millisecond), "a worker's fast poll")
+}
+
+// Events the store announced do not speed polling up: the wake-ups bring
+// the relay already, and fast polls beside them would double the claims.
+func TestRelayAnnouncedEventsKeepTheIdlePoll(t *testing.T) {
+	f := newRelayFixture(t, nil, nil, core.RelayConfig{Concurrency: 1, PollInterval: time.Second})
+	f.run()
+	f.idle(1)
+	f.add(3) // the memory store wakes its listeners
+	waitPublished(t, f.pub, 3)
+	f.waitDeadline(start.Add(time.Second), "the idle poll after announced events")
+	if n := f.clock.Timers(); n != 1 {
+		t.Fatalf("%d timers armed, want the worker's one idle poll", n)
+	}
+}
+
+// wakeStore is a memory store whose wake-ups the test sends by hand.
+type wakeStore struct {
+	*memory.Store
+	mu   sync.Mutex
+	wake func()
+}
+
+func (s *wakeStore) Listen(ctx context.Context, wake func()) error {
+	s.mu.Lock()
+	s.wake = wake
+	s.mu.Unlock()
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *wakeStore) send(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s.mu.Lock()
+		w := s.wake
+		s.mu.Unlock()
+		if w != nil {
+			w()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the relay never called Listen")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A wake-up that finds nothing may have overtaken the commit it announced
+// (a replication stream can report a commit a moment before it is
+// visible): the worker looks once more after MinPollInterval, then goes
+// back to its idle poll.
+func TestRelayLooksAgainAfterAnEmptyWakeUp(t *testing.T) {
+	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second, MinPollInterval: time.Millisecond}
+	f := newRelayFixture(t, nil, nil, cfg)
+	// The same relay over a wrapper of the fixture's store and clock.
+	store := &wakeStore{Store: f.store}
+	cfg.Clock = f.clock
+	r, err := core.NewRelay(store, f.pub, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.relay = r
+	f.run()
+	f.waitDeadline(start.Add(time.Second), "the idle poll")
+	store.send(t)
+	f.waitDeadline(start.Add(time.Millisecond), "the second look after an empty wake-up")
+	f.clock.Advance(time.Millisecond)
+	f.waitDeadline(start.Add(time.Millisecond+time.Second), "the idle poll after the second look")
+}
+
+func TestMinPollIntervalValidation(t *testing.T) {
+	store := memory.NewStore(nil)
+	pub := memory.NewPublisher()
+	for _, cfg := range []core.RelayConfig{
+		{MinPollInterval: -time.Millisecond},
+		{PollInterval: 10 * time.Millisecond, MinPollInterval: 20 * time.Millisecond},
+	} {
+		_, err := core.NewRelay(store, pub, &cfg)
+		var ce *core.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "MinPollInterval" {
+			t.Errorf("NewRelay(%+v) = %v, want a ConfigError for MinPollInterval", cfg, err)
+		}
+	}
+	r, err := core.NewRelay(store, pub, &core.RelayConfig{PollInterval: 500 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Config().MinPollInterval; got != 500*time.Microsecond {
+		t.Errorf("MinPollInterval defaults to %v under a 500µs PollInterval, want PollInterval", got)
+	}
+	if got := (core.RelayConfig{}).WithDefaults().MinPollInterval; got != core.DefaultMinPollInterval {
+		t.Errorf("MinPollInterval defaults to %v, want %v", got, core.DefaultMinPollInterval)
+	}
+}

@@ -126,6 +126,7 @@ func waitWake(t *testing.T, wakes <-chan struct{}, what string) {
 
 func TestNotifyModeString(t *testing.T) {
 	for m, want := range map[postgres.NotifyMode]string{
+		postgres.NotifyNone:          "none",
 		postgres.NotifyInTransaction: "in-transaction",
 		postgres.NotifyAfterCommit:   "after-commit",
 		postgres.NotifyOff:           "off",
@@ -135,8 +136,10 @@ func TestNotifyModeString(t *testing.T) {
 			t.Errorf("NotifyMode(%d).String() = %q, want %q", int(m), got, want)
 		}
 	}
-	if (postgres.Config{}).Notify != postgres.NotifyInTransaction {
-		t.Error("the zero Config does not notify in the transaction")
+	// Writers send nothing by default: NOTIFY in the transaction
+	// serialises concurrent writers' commits.
+	if (postgres.Config{}).Notify != postgres.NotifyNone {
+		t.Error("the zero Config notifies")
 	}
 }
 
@@ -151,6 +154,47 @@ func TestNewRefusesUnknownNotifyMode(t *testing.T) {
 		var ce *core.ConfigError
 		if !errors.Is(err, core.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Field != "Notify" {
 			t.Fatalf("New with Notify %v: err = %v, want a *core.ConfigError for Notify", m, err)
+		}
+	}
+}
+
+func TestWakeupModeString(t *testing.T) {
+	for m, want := range map[postgres.WakeupMode]string{
+		postgres.WakeupAuto:    "auto",
+		postgres.WakeupListen:  "listen",
+		postgres.WakeupPoll:    "poll",
+		postgres.WakeupMode(9): "WakeupMode(9)",
+	} {
+		if got := m.String(); got != want {
+			t.Errorf("WakeupMode(%d).String() = %q, want %q", int(m), got, want)
+		}
+	}
+	if (postgres.Config{}).Wakeup != postgres.WakeupAuto {
+		t.Error("the zero Config does not stream its wake-ups where it can")
+	}
+}
+
+func TestNewRefusesBadWakeupConfig(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), pgtest.URL()) // connects lazily: New does no I/O
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	for _, tc := range []struct {
+		cfg   postgres.Config
+		field string
+	}{
+		{postgres.Config{Wakeup: -1}, "Wakeup"},
+		{postgres.Config{Wakeup: postgres.WakeupPoll + 1}, "Wakeup"},
+		{postgres.Config{WakeupURL: "postgres://a:b@host:notaport/db"}, "WakeupURL"},
+	} {
+		_, err := postgres.New(pool, &tc.cfg)
+		var ce *core.ConfigError
+		if !errors.As(err, &ce) || ce.Field != tc.field {
+			t.Errorf("New(%+v) = %v, want a *core.ConfigError for %s", tc.cfg, err, tc.field)
+		}
+		if strings.Contains(fmt.Sprint(err), ":b@") {
+			t.Errorf("the error quotes the password: %v", err)
 		}
 	}
 }
@@ -311,7 +355,7 @@ func TestNotifyDoesNothingInOtherModes(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 2)
 	ctx := ctxT(t)
-	for _, mode := range []postgres.NotifyMode{postgres.NotifyInTransaction, postgres.NotifyOff} {
+	for _, mode := range []postgres.NotifyMode{postgres.NotifyNone, postgres.NotifyInTransaction, postgres.NotifyOff} {
 		s := newStore(t, testDB{pool: db.pool, schema: migratedSchema(t, db.pool)}, postgres.Config{Notify: mode})
 		sends := countSends(s)
 		l := listenOn(t, db.pool, s.Config().Channel)
@@ -530,8 +574,9 @@ func (w *lockedBuffer) String() string {
 	return w.b.String()
 }
 
-// With NotifyOff Listen never tries to connect; the other modes do at
-// once, which the control half shows through the same dial hook.
+// With NotifyOff or WakeupPoll Listen never tries to connect; the other
+// modes do at once, which the control half shows through the same dial
+// hook.
 func TestListenWithNotifyOffNeverConnects(t *testing.T) {
 	t.Parallel()
 	cfg, err := pgxpool.ParseConfig(pgtest.URL())
@@ -569,21 +614,24 @@ func TestListenWithNotifyOffNeverConnects(t *testing.T) {
 		t.Fatalf("control: Listen returned %v", err)
 	}
 
-	off, err := postgres.New(pool, &postgres.Config{Notify: postgres.NotifyOff})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A bounded window for something that must not happen at all: a
-	// listener that connects does so as soon as it starts, as above.
-	octx, ocancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer ocancel()
-	woken := false
-	if err := off.Listen(octx, func() { woken = true }); !errors.Is(err, context.DeadlineExceeded) || woken {
-		t.Fatalf("Listen with NotifyOff = %v, woken %v; want the context's error and no wake-up", err, woken)
-	}
-	select {
-	case <-dialed:
-		t.Fatal("Listen with NotifyOff tried to connect")
-	default:
+	for _, cfg := range []postgres.Config{{Notify: postgres.NotifyOff}, {Wakeup: postgres.WakeupPoll}} {
+		off, err := postgres.New(pool, &cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A bounded window for something that must not happen at all: a
+		// listener that connects does so as soon as it starts, as above.
+		octx, ocancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		woken := false
+		err = off.Listen(octx, func() { woken = true })
+		ocancel()
+		if !errors.Is(err, context.DeadlineExceeded) || woken {
+			t.Fatalf("Listen with %+v = %v, woken %v; want the context's error and no wake-up", cfg, err, woken)
+		}
+		select {
+		case <-dialed:
+			t.Fatalf("Listen with %+v tried to connect", cfg)
+		default:
+		}
 	}
 }

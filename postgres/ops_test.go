@@ -100,7 +100,7 @@ func TestOddHeadersFromOtherWritersDoNotStopTheRelay(t *testing.T) {
 func TestNotifyOncePerTransaction(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 3)
-	s := newStore(t, db, postgres.Config{})
+	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyInTransaction})
 	ctx := ctxT(t)
 	conn, err := pgx.ConnectConfig(ctx, db.pool.Config().ConnConfig)
 	if err != nil {

@@ -263,7 +263,9 @@ func listenerPID(t *testing.T, pool *pgxpool.Pool, channel string) int32 {
 func TestListenerSurvivesBackendKill(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 3)
-	s := newStore(t, db, postgres.Config{})
+	// The LISTEN wake-up, with writers that notify in the transaction
+	// (wal_test.go has the WAL stream's counterpart).
+	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyInTransaction, Wakeup: postgres.WakeupListen})
 	pub := memory.NewPublisher()
 	// An hour's poll: from here on only notifications can deliver events.
 	runRelay(t, s, pub, core.RelayConfig{PollInterval: time.Hour})
@@ -329,11 +331,12 @@ func (w *wakeCounter) Claim(ctx context.Context, req core.ClaimRequest) (core.Ba
 func TestAfterCommitNotificationDeliversInTxEvent(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 4)
-	relayStore := &wakeCounter{Store: newStore(t, db, postgres.Config{}), claimedAfter: map[core.ID]int64{}}
+	relayStore := &wakeCounter{Store: newStore(t, db, postgres.Config{Wakeup: postgres.WakeupListen}), claimedAfter: map[core.ID]int64{}}
 	pub := memory.NewPublisher()
-	// An hour's poll, batches never full: only a wake-up makes the relay
-	// claim again once it is idle.
-	runRelay(t, relayStore, pub, core.RelayConfig{PollInterval: time.Hour, BatchSize: 10, Concurrency: 1})
+	// An hour's poll, even the second look after an empty wake-up, and
+	// batches never full: only a wake-up makes the relay claim again once
+	// it is idle.
+	runRelay(t, relayStore, pub, core.RelayConfig{PollInterval: time.Hour, MinPollInterval: time.Hour, BatchSize: 10, Concurrency: 1})
 	ctx := ctxT(t)
 	waitFor(t, 10*time.Second, "the listener to connect", func() bool { return relayStore.wakes.Load() > 0 })
 

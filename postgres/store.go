@@ -53,6 +53,9 @@ type Store struct {
 
 	// notifier sends Notify's after-commit wake-ups.
 	notifier afterCommit
+
+	// wakeups holds what Listen's connections share (wakeup.go).
+	wakeups *wakeupState
 }
 
 // tidSQL holds the settle statements that find rows by address (rowsByTID).
@@ -86,8 +89,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	wk, err := newWakeupState(pool, c)
+	if err != nil {
+		return nil, err
+	}
 	notify := c.Notify == NotifyInTransaction
 	return &Store{
+		wakeups:          wk,
 		pool:             pool,
 		cfg:              c,
 		n:                n,

@@ -18,6 +18,7 @@ const Module = "github.com/outboxkit/outboxkit"
 // internal/chaos, internal/interop).
 var RootRequirements = map[string]string{
 	"github.com/jackc/pgx/v5":         "the PostgreSQL store",
+	"github.com/jackc/pglogrepl":      "the WAL wake-up's replication protocol (same author as pgx)",
 	"github.com/golang-jwt/jwt/v5":    "QStash signatures",
 	"go.opentelemetry.io/otel":        "the OpenTelemetry API",
 	"go.opentelemetry.io/otel/metric": "the OpenTelemetry API",

@@ -1,0 +1,137 @@
+package postgres
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/core"
+)
+
+// wakeupBackoffMin is the first reconnection delay of the wake-up
+// connection; it doubles up to Config.ListenBackoffMax.
+const wakeupBackoffMin = 100 * time.Millisecond
+
+// wakeupState is what the wake-up connections of one Store share.
+type wakeupState struct {
+	// conn is the wake-up connection's configuration: Config.WakeupURL's,
+	// or the pool's.
+	conn *pgx.ConnConfig
+	// slotPrefix starts the names of the store's temporary replication
+	// slots ("outboxkit_<8 random hex digits>_"), so that an operator, or
+	// a test, can tell them apart from others'; slots counts them.
+	slotPrefix string
+	slots      atomic.Uint64
+	// warned is set once the store has said that the WAL stream is
+	// unavailable: the warning is given once per Store, however often the
+	// fallback happens again (at every reconnection).
+	warned atomic.Bool
+}
+
+func newWakeupState(pool *pgxpool.Pool, c Config) (*wakeupState, error) {
+	var conn *pgx.ConnConfig
+	if c.WakeupURL != "" {
+		var err error
+		if conn, err = pgx.ParseConfig(c.WakeupURL); err != nil {
+			return nil, &core.ConfigError{Field: "WakeupURL", Reason: "cannot be parsed (" + err.Error() + "): give a postgres:// URL or key=value connection string"}
+		}
+	} else {
+		conn = pool.Config().ConnConfig
+	}
+	var b [4]byte
+	_, _ = crand.Read(b[:])
+	return &wakeupState{conn: conn, slotPrefix: "outboxkit_" + hex.EncodeToString(b[:]) + "_"}, nil
+}
+
+// nextSlot names a new temporary slot: unique within the store, and
+// across stores by the random prefix.
+func (w *wakeupState) nextSlot() string {
+	return w.slotPrefix + strconv.FormatUint(w.slots.Add(1), 10)
+}
+
+// wakeupMode is the mode Listen runs in: NotifyOff, kept from before
+// Config.Wakeup existed, also means "open no connection".
+func (s *Store) wakeupMode() WakeupMode {
+	if s.cfg.Notify == NotifyOff {
+		return WakeupPoll
+	}
+	return s.cfg.Wakeup
+}
+
+// Listen implements core.Notifier: it calls wake whenever events may have
+// been written, until ctx is done, and then returns ctx.Err().
+//
+// With WakeupAuto (the default) it streams the outbox table's inserts
+// over a logical replication connection (wal.go) and wakes the relay at
+// each commit that inserted into the table, whoever the writer: writers
+// need send nothing. Where the stream is unavailable (wal_level is not
+// logical, the role lacks REPLICATION, the publication is missing, the
+// server is out of WAL senders or slots, the connection goes through
+// PgBouncer), it says so once in the log, with what would enable it, and
+// LISTENs instead, hearing writers that notify; the relay's adaptive
+// polling finds the rest. Each reconnection tries the stream again, so a
+// server restarted with wal_level = logical is streamed from without
+// restarting the relay. With WakeupListen it only LISTENs.
+//
+// The connection is dedicated, opened with Config.WakeupURL or the pool's
+// settings but outside the pool, so it takes no slot from claims. When it
+// fails, Listen reconnects with capped exponential backoff and calls wake
+// after every (re)connection, because what was written while it was
+// disconnected was not announced. Wake-ups are hints: the relay's polling
+// covers anything missed.
+//
+// With WakeupPoll, or NotifyOff, it opens no connection and just waits for
+// ctx.
+func (s *Store) Listen(ctx context.Context, wake func()) error {
+	mode := s.wakeupMode()
+	if mode == WakeupPoll {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	backoff := wakeupBackoffMin
+	connected := func() { backoff = wakeupBackoffMin }
+	for {
+		via, err := "stream", error(nil)
+		if mode == WakeupAuto {
+			err = s.streamOnce(ctx, wake, connected)
+			if un := (*walUnavailableError)(nil); errors.As(err, &un) && ctx.Err() == nil {
+				s.noteFallback(ctx, un)
+				via, err = "listen", s.listenOnce(ctx, wake, connected)
+			}
+		} else {
+			via, err = "listen", s.listenOnce(ctx, wake, connected)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Spread reconnections by ±20% so relays that lost the server
+		// together do not return together.
+		d := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
+		s.cfg.Logger.WarnContext(ctx, "outbox wake-up connection lost; reconnecting (polling meanwhile)",
+			"via", via, "channel", s.cfg.Channel, "error", err, "retry_in", d)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(2*backoff, max(s.cfg.ListenBackoffMax, wakeupBackoffMin))
+	}
+}
+
+// closeQuietly closes a wake-up connection: ctx may be done already, and
+// closing politely must not hang on a dead server.
+func closeQuietly(ctx context.Context, close func(context.Context) error) {
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = close(closeCtx)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,11 +83,18 @@ func TestRelayAnnouncedEventsKeepTheIdlePoll(t *testing.T) {
 	}
 }
 
-// wakeStore is a memory store whose wake-ups the test sends by hand.
+// wakeStore is a memory store whose wake-ups the test sends by hand, and
+// which counts claims.
 type wakeStore struct {
 	*memory.Store
-	mu   sync.Mutex
-	wake func()
+	mu     sync.Mutex
+	wake   func()
+	claims atomic.Int64
+}
+
+func (s *wakeStore) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
+	s.claims.Add(1)
+	return s.Store.Claim(ctx, req)
 }
 
 func (s *wakeStore) Listen(ctx context.Context, wake func()) error {
@@ -117,8 +125,8 @@ func (s *wakeStore) send(t *testing.T) {
 
 // A wake-up that finds nothing may have overtaken the commit it announced
 // (a replication stream can report a commit a moment before it is
-// visible): the worker looks once more after MinPollInterval, then goes
-// back to its idle poll.
+// visible): the worker looks again at once, once more after
+// MinPollInterval, then goes back to its idle poll.
 func TestRelayLooksAgainAfterAnEmptyWakeUp(t *testing.T) {
 	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second, MinPollInterval: time.Millisecond}
 	f := newRelayFixture(t, nil, nil, cfg)
@@ -132,10 +140,17 @@ func TestRelayLooksAgainAfterAnEmptyWakeUp(t *testing.T) {
 	f.relay = r
 	f.run()
 	f.waitDeadline(start.Add(time.Second), "the idle poll")
+	before := store.claims.Load()
 	store.send(t)
-	f.waitDeadline(start.Add(time.Millisecond), "the second look after an empty wake-up")
+	f.waitDeadline(start.Add(time.Millisecond), "the third look after an empty wake-up")
+	if got := store.claims.Load() - before; got != 2 {
+		t.Fatalf("%d claims after an empty wake-up before the timed look, want 2 (the wake-up's and one at once)", got)
+	}
 	f.clock.Advance(time.Millisecond)
-	f.waitDeadline(start.Add(time.Millisecond+time.Second), "the idle poll after the second look")
+	f.waitDeadline(start.Add(time.Millisecond+time.Second), "the idle poll after the third look")
+	if got := store.claims.Load() - before; got != 3 {
+		t.Fatalf("%d claims in all, want 3", got)
+	}
 }
 
 func TestMinPollIntervalValidation(t *testing.T) {

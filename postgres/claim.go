@@ -28,6 +28,13 @@ import (
 // "Now" is the database's now() unless req.Now is set, so relays on hosts
 // with skewed clocks agree on lease expiry.
 //
+// Claims start at the store's floor, not at the head of the pending index,
+// so that what was settled before it (whose index entries stay until
+// VACUUM) costs nothing (claimfloor.go). An event whose available_at is
+// more than a second in the past when its transaction commits may lie
+// below the floor; the next claim from the beginning, every 5 s or more,
+// takes it.
+//
 // A due row the claim cannot lease, because its attempts count (set by a
 // foreign writer) is at the integer limit, is dead-lettered by the claim
 // with the reason in last_error and logged, and another row is claimed in
@@ -62,7 +69,26 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 	if err != nil {
 		return core.Batch{}, err
 	}
+	if len(b.Events)+dead == 0 {
+		s.seekFloor(ctx)
+	}
 	return s.topUp(ctx, q, b, dead), nil
+}
+
+// seekFloor finds the floor without claiming, for a store that has none
+// yet after a claim that returned nothing (which returns no floor either):
+// otherwise every claim of an idle relay would start from the beginning of
+// the pending set. A failure is left for the next claim to repair.
+func (s *Store) seekFloor(ctx context.Context) {
+	if s.plans.floor.known() {
+		return
+	}
+	a := s.plans.floor.next(time.Now())
+	var fl foundFloor
+	if err := s.pool.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos})...).Scan(&fl.at, &fl.pos); err != nil {
+		fl = foundFloor{}
+	}
+	s.plans.floor.saw(a, fl.at, fl.pos, time.Now())
 }
 
 // runClaim runs claim q and reads its batch. Should the claim fail once it
@@ -90,10 +116,12 @@ func (s *Store) runClaim(ctx context.Context, q claim, keep []core.ID) (core.Bat
 	return b, dead, nil
 }
 
-// read is q.read, noting how far the table's history reaches and logging
-// the rows the claim dead-lettered. It returns how many those were.
+// read is q.read, noting how far the table's history reaches and where
+// the next claim starts (claimfloor.go), and logging the rows the claim
+// dead-lettered. It returns how many those were.
 func (s *Store) read(ctx context.Context, q claim, rows pgx.Rows) (core.Batch, int, error) {
-	b, dead, err := q.read(rows)
+	b, dead, fl, err := q.read(rows)
+	s.plans.floor.saw(q.floor, fl.at, fl.pos, time.Now())
 	if err != nil {
 		return b, 0, err
 	}
@@ -106,13 +134,15 @@ func (s *Store) read(ctx context.Context, q claim, rows pgx.Rows) (core.Batch, i
 	return b, len(dead), nil
 }
 
-// claim is a prepared claim: its SQL, arguments and the lease token it sets.
+// claim is a prepared claim: its SQL, arguments, the lease token it sets
+// and the floor it starts from.
 type claim struct {
 	sql   string
 	args  []any
 	token core.ID
 	limit int
 	slot  bool // sql is the slot claim
+	floor floorArgs
 }
 
 func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
@@ -123,8 +153,9 @@ func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
 		return claim{}, fmt.Errorf("outboxkit/postgres: claim: LeaseFor is %v; it must be positive", req.LeaseFor)
 	}
 	token := core.NewID()
-	q := claim{sql: s.claimSQL, token: token, limit: req.Limit,
-		args: []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor}}
+	fl := s.plans.floor.next(time.Now())
+	q := claim{sql: s.claimSQL, token: token, limit: req.Limit, floor: fl,
+		args: []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor, fl.at, fl.pos}}
 	switch {
 	case req.Destination != "":
 		q.sql = s.claimDestSQL
@@ -135,15 +166,21 @@ func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
 	return q, nil
 }
 
+// foundFloor is the floor a claim statement found for the next claim.
+type foundFloor struct {
+	at  pgtype.Timestamptz // not Valid if the statement returned no row
+	pos int64
+}
+
 // read turns the claim's RETURNING rows into a batch, closing rows. Rows
 // the claim dead-lettered (unleasable) are left out; their IDs come back
-// beside the batch.
+// beside the batch, and the floor the statement found (claimSQL) with them.
 //
 // It scans each row straight into the batch's slice: events are large, and
 // a relay at full speed reads tens of thousands a second, so copying them
 // (and the garbage collector's write barriers on every copied pointer)
 // shows in its profile.
-func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, error) {
+func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, foundFloor, error) {
 	defer rows.Close()
 	events := make([]core.Event, 0, q.limit)
 	keys := make([]claimKey, 0, q.limit)
@@ -152,14 +189,15 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, error) {
 	var dst []any
 	var deadLettered bool
 	var dead []core.ID
+	var fl foundFloor
 	for rows.Next() {
 		events = append(events, core.Event{})
 		keys = append(keys, claimKey{i: len(keys)})
 		e, k := &events[len(events)-1], &keys[len(keys)-1]
 		var leaseUntil pgtype.Timestamptz
-		dst = append(sc.appendDests(dst[:0], e), &leaseUntil, &k.pos, &k.tid, &deadLettered)
+		dst = append(sc.appendDests(dst[:0], e), &leaseUntil, &k.pos, &k.tid, &deadLettered, &fl.at, &fl.pos)
 		if err := rows.Scan(dst...); err != nil {
-			return core.Batch{}, nil, wrap("claim: read event", err)
+			return core.Batch{}, nil, foundFloor{}, wrap("claim: read event", err)
 		}
 		if deadLettered {
 			dead = append(dead, sc.id.Bytes)
@@ -171,7 +209,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, error) {
 		k.avail = e.AvailableAt
 	}
 	if err := rows.Err(); err != nil {
-		return core.Batch{}, nil, wrap("claim", err)
+		return core.Batch{}, nil, foundFloor{}, wrap("claim", err)
 	}
 	// RETURNING order is unspecified (with the TID scan it is the rows'
 	// physical order); restore the claim order. Sorting here rather than
@@ -189,7 +227,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, error) {
 	for j := range events {
 		refs.ids[j], refs.tids[j], refs.pos[j] = events[j].ID, keys[j].tid, keys[j].pos
 	}
-	return core.Batch{Lease: core.Lease{Token: q.token, Until: until, Handle: refs}, Events: events, PayloadsAreJSON: true}, dead, nil
+	return core.Batch{Lease: core.Lease{Token: q.token, Until: until, Handle: refs}, Events: events, PayloadsAreJSON: true}, dead, fl, nil
 }
 
 // claimKey is what the claim order and the settlement need of a claimed

@@ -381,7 +381,7 @@ func TestAbandonWaitsForAClaimStillRunning(t *testing.T) {
 		done <- err
 	}()
 	// (pg_stat_activity keeps the first KiB of a query: the claim's start.)
-	claimWaits := waiting("UPDATE " + s.n.outbox + " t%SET lease_token = CASE%")
+	claimWaits := waiting("%UPDATE " + s.n.outbox + " t%SET lease_token = CASE%")
 	releaseWaits := func() bool {
 		// Someone waits for the lease lock our claim holds.
 		var n int
@@ -390,7 +390,7 @@ func TestAbandonWaitsForAClaimStillRunning(t *testing.T) {
 				AND g.classid = w.classid AND g.objid = w.objid AND g.objsubid = w.objsubid
 			JOIN pg_stat_activity a ON a.pid = g.pid
 			WHERE w.locktype = 'advisory' AND NOT w.granted AND w.classid = `+leaseLockClass+` AND a.query LIKE $1`,
-			"UPDATE "+s.n.outbox+" t%SET lease_token = CASE%").Scan(&n); err != nil {
+			"%UPDATE "+s.n.outbox+" t%SET lease_token = CASE%").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n > 0

@@ -5,21 +5,24 @@ package postgres
 // rule for rows a claim cannot lease.
 
 // claimSQL leases up to $2 due events in one statement. The subquery walks
-// the pending index in (available_at, pos) order, locking due rows and
-// skipping those another claim has locked; the UPDATE then reaches each
-// locked row by its physical address (a TID scan, no index probe) and touches
-// only unindexed columns, so it is a HOT update. A join on id instead lets
-// the planner pick a hash join over the whole table for large batches. The
-// row lock keeps each row version in place until the statement ends; should
-// a row still have moved, the TID no longer matches on recheck and the row is
-// simply not claimed this time. Parameters: $1 now override, $2 limit, $3
-// lease token, $4 lease duration.
+// the pending index in (available_at, pos) order from the claim floor ($5,
+// $6; claimfloor.go), locking due rows and skipping those another claim has
+// locked; the UPDATE then reaches each locked row by its physical address (a
+// TID scan, no index probe) and touches only unindexed columns, so it is a
+// HOT update. A join on id instead lets the planner pick a hash join over
+// the whole table for large batches. The row lock keeps each row version in
+// place until the statement ends; should a row still have moved, the TID no
+// longer matches on recheck and the row is simply not claimed this time.
+// Parameters: $1 now override, $2 limit, $3 lease token, $4 lease duration,
+// $5 and $6 the floor's available_at and pos.
+//
+// Each returned row also carries the floor for the next claim.
 //
 // With ordering, a row with a sequence is due only when no pending row of its
 // aggregate has a lower sequence: a leased or retrying head keeps the rest of
 // its aggregate back, a dead-lettered one does not (it is no longer pending).
 //
-// With byDestination, $5 restricts the claim to one destination (see
+// With byDestination, $7 restricts the claim to one destination (see
 // core.ClaimRequest.Destination). It is a separate text rather than an OR on
 // an empty parameter, so the common claim's plan carries no dead condition.
 func claimSQL(n names, ordered, byDestination bool) string {
@@ -29,27 +32,38 @@ func claimSQL(n names, ordered, byDestination bool) string {
 // claimSlotSQL is the unordered, any-destination claim restricted to one
 // slot of the pending set (migration 005): the sequence picks the slot, and
 // the condition matches the slot index's expression so the claim walks that
-// index in (available_at, pos) order within the slot.
+// index in (available_at, pos) order within the slot, from the floor.
 func claimSlotSQL(n names) string {
 	return claimWhere(n, false, false, `
-	AND ((o.pos / 64) % 16) = (SELECT nextval('`+n.claimSlot+`') % 16)`)
+		AND ((o.pos / 64) % 16) = (SELECT nextval('`+n.claimSlot+`') % 16)`)
 }
+
+// The floor condition: a row comparison, so the claim's index scan starts
+// at the floor rather than filtering from the head of the index.
+const (
+	claimFloorCond = `(o.available_at, o.pos) >= ($5::timestamptz, $6::int8)`
+	// floorLag is how far behind the database's clock the floor stays
+	// (claimfloor.go): rows of transactions that commit within it of
+	// their start are never below the floor.
+	floorLag = `now() - interval '1 second'`
+)
 
 func claimWhere(n names, ordered, byDestination bool, slot string) string {
 	head := slot
 	if byDestination {
 		head = `
-	AND o.destination = $5`
+		AND o.destination = $7`
 	}
 	if ordered {
 		head += `
-	AND (o.sequence IS NULL OR NOT EXISTS (
-		SELECT 1 FROM ` + n.outbox + ` p
-		WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
-			AND p.sequence < o.sequence
-			AND p.published_at IS NULL AND p.dead_at IS NULL))`
+		AND (o.sequence IS NULL OR NOT EXISTS (
+			SELECT 1 FROM ` + n.outbox + ` p
+			WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id
+				AND p.sequence < o.sequence
+				AND p.published_at IS NULL AND p.dead_at IS NULL))`
 	}
-	return `UPDATE ` + n.outbox + ` t
+	return `WITH ` + floorProbe(n, "$5", "$6") + `
+UPDATE ` + n.outbox + ` t
 SET lease_token = CASE WHEN ` + unleasable + ` THEN NULL ELSE $3::uuid END,
 	lease_until = CASE WHEN ` + unleasable + ` THEN NULL ELSE COALESCE($1::timestamptz, now()) + $4::interval END,
 	attempts = CASE WHEN ` + unleasable + ` THEN t.attempts ELSE greatest(t.attempts, 0) + 1 END,
@@ -58,14 +72,47 @@ SET lease_token = CASE WHEN ` + unleasable + ` THEN NULL ELSE $3::uuid END,
 WHERE t.ctid = ANY(ARRAY(
 	SELECT o.ctid FROM ` + n.outbox + ` o
 	WHERE o.published_at IS NULL AND o.dead_at IS NULL
+		AND ` + claimFloorCond + `
 		AND o.available_at <= COALESCE($1::timestamptz, now())
 		AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
 		AND (SELECT ` + claimLeaseLock + `) IS NOT NULL
 	ORDER BY o.available_at, o.pos
 	LIMIT $2
 	FOR UPDATE SKIP LOCKED))
-RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.dead_at IS NOT NULL`
+RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.dead_at IS NOT NULL,
+	` + nextFloor
 }
+
+// floorProbe is the CTE f: the first pending row at or after the floor
+// (at, pos), leased or not, in the statement's snapshot. In a claim, that
+// snapshot does not see the claim's own update, so the rows it leases
+// count as pending.
+func floorProbe(n names, at, pos string) string {
+	return `f AS MATERIALIZED (
+	SELECT p.available_at, p.pos FROM ` + n.outbox + ` p
+	WHERE p.published_at IS NULL AND p.dead_at IS NULL
+		AND (p.available_at, p.pos) >= (` + at + `::timestamptz, ` + pos + `::int8)
+	ORDER BY p.available_at, p.pos
+	LIMIT 1
+)`
+}
+
+// nextFloor is the floor for the next claim, from f: the first pending
+// row, or floorLag if that is earlier (or nothing is pending). A claim
+// returns it with every row; one that leased nothing returns no row, and
+// the store asks floorSQL instead while it has no floor yet.
+const nextFloor = `COALESCE((SELECT f.available_at FROM f WHERE f.available_at <= ` + floorLag + `), ` + floorLag + `),
+	COALESCE((SELECT f.pos FROM f WHERE f.available_at <= ` + floorLag + `), ` + minFloorPos + `)`
+
+// floorSQL finds the floor from the floor ($1, $2) without claiming.
+func floorSQL(n names) string {
+	return `WITH ` + floorProbe(n, "$1", "$2") + `
+SELECT ` + nextFloor
+}
+
+// minFloorPos is the smallest pos: a floor at (t, minFloorPos) starts at
+// the first row with available_at t.
+const minFloorPos = `'-9223372036854775808'::int8`
 
 // Every claim takes a transaction-level advisory lock on its lease token
 // before it leases a row (a one-time filter of the claim's subquery) and

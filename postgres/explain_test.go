@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -56,10 +57,12 @@ ANALYZE `+tbl)
 			wantIndex string
 			types     string // for PREPARE
 		}{
-			{"claim", s.ClaimSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_pending_idx", "timestamptz, bigint, uuid, interval"},
-			{"claim 1000", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_pending_idx", "timestamptz, bigint, uuid, interval"},
-			{"slot claim", s.ClaimSlotSQLForTest(), []any{noTime, 100, token, time.Minute}, "outbox_events_slot_idx", "timestamptz, bigint, uuid, interval"},
-			{"slot claim 1000", s.ClaimSlotSQLForTest(), []any{noTime, 1000, token, time.Minute}, "outbox_events_slot_idx", "timestamptz, bigint, uuid, interval"},
+			{"claim", s.ClaimSQLForTest(), []any{noTime, 100, token, time.Minute, lowestFloor, int64(math.MinInt64)}, "outbox_events_pending_idx", claimTypes},
+			{"claim 1000", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute, lowestFloor, int64(math.MinInt64)}, "outbox_events_pending_idx", claimTypes},
+			{"claim from a floor", s.ClaimSQLForTest(), []any{noTime, 1000, token, time.Minute, time.Now().Add(-time.Hour), int64(100000)}, "outbox_events_pending_idx", claimTypes},
+			{"slot claim", s.ClaimSlotSQLForTest(), []any{noTime, 100, token, time.Minute, lowestFloor, int64(math.MinInt64)}, "outbox_events_slot_idx", claimTypes},
+			{"slot claim 1000", s.ClaimSlotSQLForTest(), []any{noTime, 1000, token, time.Minute, lowestFloor, int64(math.MinInt64)}, "outbox_events_slot_idx", claimTypes},
+			{"slot claim from a floor", s.ClaimSlotSQLForTest(), []any{noTime, 1000, token, time.Minute, time.Now().Add(-time.Hour), int64(100000)}, "outbox_events_slot_idx", claimTypes},
 			{"publish", s.PublishSQLForTest(), []any{token, noTime, ids}, "outbox_events_pkey", "uuid, timestamptz, uuid[]"},
 			{"publish one", s.PublishSQLForTest(), []any{token, noTime, ids[:1]}, "outbox_events_pkey", "uuid, timestamptz, uuid[]"},
 			{"settle", s.SettleSQLForTest(), []any{token, noTime, ids, kinds, errs, delays}, "outbox_events_pkey", "uuid, timestamptz, uuid[], int4[], text[], int8[]"},
@@ -118,6 +121,13 @@ ANALYZE `+tbl)
 		}
 	}
 }
+
+// claimTypes are the claim's parameter types, for PREPARE: now override,
+// limit, lease token, lease duration, and the floor (claimfloor.go).
+const claimTypes = "timestamptz, bigint, uuid, interval, timestamptz, bigint"
+
+// lowestFloor is the floor of a claim from the beginning of the pending set.
+var lowestFloor = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 
 // tidScan, as a case's wantIndex, asks for a TID scan of the outbox.
 const tidScan = "(Tid Scan)"

@@ -1,6 +1,9 @@
 package postgres
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Test hooks: the external tests EXPLAIN the statements the store runs, and
 // observe after-commit notifications.
@@ -37,3 +40,13 @@ func (s *Store) SetGrownForTest() { s.grown.Store(true) }
 // ValidateCheckMaxBytesForTest is the table size up to which migration 006
 // validates its check under the migration's lock.
 const ValidateCheckMaxBytesForTest = validateCheckMaxBytes
+
+// SetFloorFullEveryForTest sets how often a claim starts from the
+// beginning of the pending set instead of the floor (claimfloor.go); the
+// next claim does in any case. 1ns makes every claim do so.
+func (s *Store) SetFloorFullEveryForTest(d time.Duration) {
+	f := s.plans.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.every, f.nextFull = d, time.Time{}
+}

@@ -68,6 +68,9 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		s.abandon(ctx, cq, nil, claimErr)
 		return core.Batch{}, s.settleUnmatched(ctx, sq, sreq, settleErr), wrap("settle and claim", claimErr)
 	}
+	if len(batch.Events)+dead == 0 {
+		s.seekFloor(ctx)
+	}
 	return s.topUp(ctx, cq, batch, dead), s.settleUnmatched(ctx, sq, sreq, settleErr), nil
 }
 

@@ -39,25 +39,28 @@ import (
 // minimal events, published); 4,096 events occupy several times that.
 const youngTableRows = 4096
 
-// planMode is how a store runs its relay statements.
+// planMode is how a store runs its relay statements: prepared or not, and
+// from which floor its claims start (claimfloor.go).
 type planMode struct {
 	// young is the execution mode to use while the table is young, or 0
 	// when the pool does not prepare statements at all (simple protocol,
 	// exec or describe modes), so there is nothing to avoid.
 	young pgx.QueryExecMode
+	floor *claimFloor
 }
 
 func newPlanMode(pool *pgxpool.Pool) planMode {
+	m := planMode{floor: &claimFloor{}}
 	cc := pool.Config().ConnConfig
 	switch {
 	case cc.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || cc.StatementCacheCapacity == 0:
-		return planMode{}
 	case cc.DescriptionCacheCapacity > 0:
-		return planMode{young: pgx.QueryExecModeCacheDescribe}
+		m.young = pgx.QueryExecModeCacheDescribe
 	default:
 		// Two round trips, but only while the table is young.
-		return planMode{young: pgx.QueryExecModeDescribeExec}
+		m.young = pgx.QueryExecModeDescribeExec
 	}
+	return m
 }
 
 // relayArgs returns args for one of the relay's statements: with the

@@ -196,12 +196,15 @@ func (e *env) terminateBackends(ctx context.Context, names ...string) (int, erro
 	return n, err
 }
 
-// listening reports the backends of names that are LISTENing, started
-// after since.
+// listening reports the relays among names whose wake-up connection,
+// started after since, is running: a LISTEN, or a WAL sender streaming
+// from the relay's temporary slot (the default where the server allows
+// logical replication).
 func (e *env) listening(ctx context.Context, since time.Time, names ...string) (int, error) {
 	var n int
 	err := e.pool.QueryRow(ctx, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
-		WHERE application_name = ANY($1) AND query LIKE 'LISTEN %' AND backend_start > $2`, names, since).Scan(&n)
+		WHERE application_name = ANY($1) AND backend_start > $2
+		  AND (query LIKE 'LISTEN %' OR (backend_type = 'walsender' AND query LIKE 'START_REPLICATION%'))`, names, since).Scan(&n)
 	return n, err
 }
 

@@ -233,7 +233,8 @@ func TestAfterCommitAddSendsNothingAndNotifyWakes(t *testing.T) {
 func TestInTxCommitsThenNotifies(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 3)
-	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyAfterCommit})
+	// NOTIFY's path: a WAL stream would wake on the insert itself.
+	s := newStore(t, db, postgres.Config{Notify: postgres.NotifyAfterCommit, Wakeup: postgres.WakeupListen})
 	ctx := ctxT(t)
 	wakes := startListen(t, s)
 

@@ -177,3 +177,44 @@ func TestMinPollIntervalValidation(t *testing.T) {
 		t.Errorf("MinPollInterval defaults to %v, want %v", got, core.DefaultMinPollInterval)
 	}
 }
+
+// While events flow, claims are spaced by the rate they are found at (a
+// microsecond per event per second): a wake-up soon after a claim round
+// that found events waits out the rest, and its claim takes what arrived
+// meanwhile.
+func TestRelayPacesClaimsWhileEventsFlow(t *testing.T) {
+	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second}
+	f := newRelayFixture(t, nil, nil, cfg)
+	store := &wakeStore{Store: f.store}
+	cfg.Clock = f.clock
+	r, err := core.NewRelay(store, f.pub, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.relay = r
+	f.run()
+	f.waitDeadline(start.Add(time.Second), "the idle poll")
+
+	// Two rounds 1 ms apart find 5 events each: 5,000/s, smoothed to a
+	// quarter of it after one step: 1,250/s, claims 1.25 ms apart.
+	f.add(5)
+	store.send(t)
+	waitPublished(t, f.pub, 5)
+	f.waitDeadline(start.Add(time.Second), "the idle poll after the first round")
+	f.clock.Advance(time.Millisecond)
+	f.add(5)
+	store.send(t)
+	waitPublished(t, f.pub, 10)
+	second := start.Add(time.Millisecond)
+	f.waitDeadline(second.Add(time.Second), "the idle poll after the second round")
+
+	before := store.claims.Load()
+	f.add(1)
+	store.send(t)
+	f.waitDeadline(second.Add(1250*time.Microsecond), "the paced claim")
+	if got := store.claims.Load(); got != before {
+		t.Fatalf("%d claims before the pacing interval ended", got-before)
+	}
+	f.clock.Advance(1250 * time.Microsecond)
+	waitPublished(t, f.pub, 11)
+}

@@ -34,6 +34,8 @@ type wakeupState struct {
 	// unavailable: the warning is given once per Store, however often the
 	// fallback happens again (at every reconnection).
 	warned atomic.Bool
+	// busy says when a stream pauses (wal.go, busyRate).
+	busy busyLimits
 }
 
 func newWakeupState(pool *pgxpool.Pool, c Config) (*wakeupState, error) {
@@ -48,7 +50,7 @@ func newWakeupState(pool *pgxpool.Pool, c Config) (*wakeupState, error) {
 	}
 	var b [4]byte
 	_, _ = crand.Read(b[:])
-	return &wakeupState{conn: conn, slotPrefix: "outboxkit_" + hex.EncodeToString(b[:]) + "_"}, nil
+	return &wakeupState{conn: conn, slotPrefix: "outboxkit_" + hex.EncodeToString(b[:]) + "_", busy: defaultBusy}, nil
 }
 
 // nextSlot names a new temporary slot: unique within the store, and
@@ -111,6 +113,17 @@ func (s *Store) Listen(ctx context.Context, wake func()) error {
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, errStreamBusy) {
+			s.cfg.Logger.DebugContext(ctx, "outbox WAL stream paused while events flow; the relay polls", "table", s.n.outbox, "for", s.wakeups.busy.pause)
+			t := time.NewTimer(s.wakeups.busy.pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			continue
 		}
 		// Spread reconnections by ±20% so relays that lost the server
 		// together do not return together.

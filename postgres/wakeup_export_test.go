@@ -1,5 +1,7 @@
 package postgres
 
+import "time"
+
 // Test hooks of the wake-ups.
 
 // WakeupSlotPrefixForTest starts the names of the store's temporary
@@ -9,3 +11,9 @@ func (s *Store) WakeupSlotPrefixForTest() string { return s.wakeups.slotPrefix }
 // PublicationNameForTest is the name of the publication migration 7
 // creates for schema.table.
 func PublicationNameForTest(schema, table string) string { return publicationName(schema, table) }
+
+// SetBusyLimitsForTest makes the store's WAL stream pause after d of
+// commits at rate a second or more, for pause.
+func (s *Store) SetBusyLimitsForTest(rate float64, d, pause time.Duration) {
+	s.wakeups.busy = busyLimits{rate: rate, span: d, pause: pause}
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -102,5 +103,40 @@ func TestPublicationName(t *testing.T) {
 	}
 	if publicationName("a_b", "c") == publicationName("a", "b_c") {
 		t.Error("two tables share a publication name")
+	}
+}
+
+// The stream pauses after busyFor of commits at busyRate or more, and not
+// for a burst, a slower stream or a busy spell broken by a quiet one.
+func TestBusyMeter(t *testing.T) {
+	t0 := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	feed := func(b *busyMeter, from time.Time, rate int, d time.Duration) (time.Time, bool) {
+		step := time.Second / time.Duration(rate)
+		at := from
+		for ; at.Before(from.Add(d)); at = at.Add(step) {
+			if b.commit(at) {
+				return at, true
+			}
+		}
+		return at, false
+	}
+	b := busyMeter{limits: defaultBusy}
+	if _, busy := feed(&b, t0, busyRate/2, 10*time.Second); busy {
+		t.Fatal("busy at half the rate")
+	}
+	b = busyMeter{limits: defaultBusy}
+	if _, busy := feed(&b, t0, 10*busyRate, time.Second); busy {
+		t.Fatal("busy after a one-second burst")
+	}
+	b = busyMeter{limits: defaultBusy}
+	at, busy := feed(&b, t0, 2*busyRate, 10*time.Second)
+	if !busy || at.Sub(t0) > busyFor+2*time.Second {
+		t.Fatalf("busy = %v after %v at twice the rate, want true within %v", busy, at.Sub(t0), busyFor+2*time.Second)
+	}
+	b = busyMeter{limits: defaultBusy}
+	at, _ = feed(&b, t0, 2*busyRate, 900*time.Millisecond)
+	at, _ = feed(&b, at, busyRate/10, 2*time.Second)
+	if _, busy := feed(&b, at, 2*busyRate, 900*time.Millisecond); busy {
+		t.Fatal("busy across a quiet spell")
 	}
 }

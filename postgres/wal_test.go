@@ -485,3 +485,41 @@ func TestMigrationWithoutPublicationRights(t *testing.T) {
 		t.Fatalf("Check after a migration without the publication: %v", err)
 	}
 }
+
+// A stream that announces commits at the busy rate pauses (the relay
+// polls meanwhile, finding events unannounced) and comes back once the
+// pause is over, without a warning: a pause is not a failure.
+func TestWALStreamPausesWhileEventsFlow(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 4)
+	var log lockedBuffer
+	s := newStore(t, db, postgres.Config{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s.SetBusyLimitsForTest(20, 2*time.Second, time.Second)
+	w := runListen(t, s)
+	first := activeSlot(t, db.pool, s, "")
+	w.waitMore(t, 0, streamStart, "the wake-up after the stream starts")
+
+	// Commits at ~100/s until the stream closes its slot.
+	deadline := time.Now().Add(20 * time.Second)
+	for paused := false; !paused; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not pause under 100 commits/s")
+		}
+		for range 10 {
+			plainInsert(t, db.pool, db.schema)
+			time.Sleep(10 * time.Millisecond) // pacing the writer, not waiting for the code under test
+		}
+		paused = len(slotsWithPrefix(t, db.pool, s.WakeupSlotPrefixForTest())) == 0
+	}
+	// Quiet now: the stream comes back with a new slot, and wakes (no
+	// stream, no wake-ups, until then).
+	before := w.n.Load()
+	activeSlot(t, db.pool, s, first.name)
+	waitFor(t, streamStart, "the wake-up after the stream resumes", func() bool { return w.n.Load() > before })
+	before = w.n.Load()
+	plainInsert(t, db.pool, db.schema)
+	w.waitMore(t, before, 30*time.Second, "a wake-up from the resumed stream")
+	if l := log.String(); l != "" {
+		t.Fatalf("the pause logged at warn level:\n%s", l)
+	}
+}

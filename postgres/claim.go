@@ -32,8 +32,8 @@ import (
 // so that what was settled before it (whose index entries stay until
 // VACUUM) costs nothing (claimfloor.go). An event whose available_at is
 // more than a second in the past when its transaction commits may lie
-// below the floor; the next claim from the beginning, every 5 s or more,
-// takes it.
+// below the floor; it is claimed once the store next looks for the floor
+// from the beginning of the pending set, every 5 s or more.
 //
 // A due row the claim cannot lease, because its attempts count (set by a
 // foreign writer) is at the integer limit, is dead-lettered by the claim
@@ -61,7 +61,7 @@ import (
 // means nothing more is due, and with Config.Ordering, per-aggregate order
 // is unaffected (slots are not used).
 func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
-	q, err := s.claimQuery(req)
+	q, err := s.claimQuery(ctx, req)
 	if err != nil {
 		return core.Batch{}, err
 	}
@@ -69,26 +69,7 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 	if err != nil {
 		return core.Batch{}, err
 	}
-	if len(b.Events)+dead == 0 {
-		s.seekFloor(ctx)
-	}
 	return s.topUp(ctx, q, b, dead), nil
-}
-
-// seekFloor finds the floor without claiming, for a store that has none
-// yet after a claim that returned nothing (which returns no floor either):
-// otherwise every claim of an idle relay would start from the beginning of
-// the pending set. A failure is left for the next claim to repair.
-func (s *Store) seekFloor(ctx context.Context) {
-	if s.plans.floor.known() {
-		return
-	}
-	a := s.plans.floor.next(time.Now())
-	var fl foundFloor
-	if err := s.pool.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos})...).Scan(&fl.at, &fl.pos); err != nil {
-		fl = foundFloor{}
-	}
-	s.plans.floor.saw(a, fl.at, fl.pos, time.Now())
 }
 
 // runClaim runs claim q and reads its batch. Should the claim fail once it
@@ -121,7 +102,7 @@ func (s *Store) runClaim(ctx context.Context, q claim, keep []core.ID) (core.Bat
 // dead-lettered. It returns how many those were.
 func (s *Store) read(ctx context.Context, q claim, rows pgx.Rows) (core.Batch, int, error) {
 	b, dead, fl, err := q.read(rows)
-	s.plans.floor.saw(q.floor, fl.at, fl.pos, time.Now())
+	s.plans.floor.saw(q.floor, fl.at, fl.pos)
 	if err != nil {
 		return b, 0, err
 	}
@@ -145,7 +126,9 @@ type claim struct {
 	floor floorArgs
 }
 
-func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
+// claimQuery prepares the claim req asks for. It may search for the
+// floor first (Store.floorArgs), which is a round trip of its own.
+func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, error) {
 	if req.Limit < 1 {
 		return claim{}, fmt.Errorf("outboxkit/postgres: claim: Limit is %d; it must be at least 1", req.Limit)
 	}
@@ -153,7 +136,7 @@ func (s *Store) claimQuery(req core.ClaimRequest) (claim, error) {
 		return claim{}, fmt.Errorf("outboxkit/postgres: claim: LeaseFor is %v; it must be positive", req.LeaseFor)
 	}
 	token := core.NewID()
-	fl := s.plans.floor.next(time.Now())
+	fl := s.floorArgs(ctx)
 	q := claim{sql: s.claimSQL, token: token, limit: req.Limit, floor: fl,
 		args: []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor, fl.at, fl.pos}}
 	switch {

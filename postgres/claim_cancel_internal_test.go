@@ -65,6 +65,13 @@ func proxiedStore(t *testing.T, cfg Config) (*Store, *cutProxy, *pgxpool.Pool) {
 		SELECT 'cut', jsonb_build_object('pad', repeat('x', $1::int)) FROM generate_series(1, $2::int)`, cancelPayload, cancelRows); err != nil {
 		t.Fatal(err)
 	}
+	// The store looks for its claim floor before its first claim and
+	// every so often (claimfloor.go), in a statement of its own: done
+	// here, and not again, so the cuts land in the statements they name.
+	s.plans.floor.every = time.Hour
+	if a := s.floorArgs(ctx); a.full {
+		t.Fatal("the store did not find its claim floor")
+	}
 	return s, p, direct
 }
 

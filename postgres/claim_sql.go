@@ -99,12 +99,12 @@ func floorProbe(n names, at, pos string) string {
 
 // nextFloor is the floor for the next claim, from f: the first pending
 // row, or floorLag if that is earlier (or nothing is pending). A claim
-// returns it with every row; one that leased nothing returns no row, and
-// the store asks floorSQL instead while it has no floor yet.
+// returns it with every row (one that leased nothing returns none).
 const nextFloor = `COALESCE((SELECT f.available_at FROM f WHERE f.available_at <= ` + floorLag + `), ` + floorLag + `),
 	COALESCE((SELECT f.pos FROM f WHERE f.available_at <= ` + floorLag + `), ` + minFloorPos + `)`
 
-// floorSQL finds the floor from the floor ($1, $2) without claiming.
+// floorSQL finds the floor from ($1, $2) without claiming: the store's
+// search from the beginning of the pending set (claimfloor.go).
 func floorSQL(n names) string {
 	return `WITH ` + floorProbe(n, "$1", "$2") + `
 SELECT ` + nextFloor

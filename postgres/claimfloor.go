@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"math"
 	"sync"
 	"time"
@@ -38,23 +39,27 @@ import (
 // began (available_at is the writer's transaction start by default), or
 // with an available_at set in the past. The floor stays at least one
 // second behind the database's clock (floorLag), which covers the first
-// case for ordinary transactions; for the rest, a claim starts from the
-// beginning of the pending set every floorFullEvery, or, when such claims
-// are slow, every floorFullShare times as long as the last one took, so
-// they cost at most about 2 % of the claims' time. Such rows are claimed
-// oldest first when that claim runs, never lost; until it does, they wait.
+// case for ordinary transactions. For the rest, the store looks for the
+// floor from the very beginning of the pending set (floorSQL, one index
+// scan stepping over every dead entry there) before its first claim, and
+// again every floorFullEvery, or, when that scan is slow, every
+// floorFullShare times as long as it last took, so that it costs at most
+// about 2 % of one connection's time. The claim that follows starts at
+// what it found, so such rows are claimed then, oldest first; until then,
+// they wait.
 const (
 	floorFullEvery = 5 * time.Second
 	floorFullShare = 50
 )
 
-// claimFloor is a store's floor. Every claim reads it (next) and reports
-// the floor its statement found (saw).
+// claimFloor is a store's floor. Claims read it through Store.floorArgs
+// and report the floor their statement found (saw).
 type claimFloor struct {
 	mu       sync.Mutex
-	at       pgtype.Timestamptz // not Valid until the first claim returned
+	at       pgtype.Timestamptz // not Valid until a claim or a search found one
 	pos      int64
-	nextFull time.Time
+	nextFull time.Time     // when to search from the beginning again
+	search   chan struct{} // closed when the search under way ends; nil if none is
 	every    time.Duration // floorFullEvery when 0 (tests set it)
 }
 
@@ -66,20 +71,69 @@ type floorArgs struct {
 	start time.Time // when it was handed out
 }
 
-// lowest is the floor of a claim from the beginning: below every row,
-// whatever a foreign writer stored in available_at.
+// lowest is the floor at the beginning of the pending set: below every
+// row, whatever a foreign writer stored in available_at.
 var lowest = pgtype.Timestamptz{InfinityModifier: pgtype.NegativeInfinity, Valid: true}
 
-// next returns the floor the next claim starts from.
-func (f *claimFloor) next(now time.Time) floorArgs {
+// floorArgs returns the floor the next claim starts from, first looking
+// for it from the beginning of the pending set when that is due. A store
+// without a floor yet has its other claims wait for that search; should it
+// fail, the claim starts from the beginning itself.
+func (s *Store) floorArgs(ctx context.Context) floorArgs {
+	f := s.plans.floor
+	for {
+		a, wait := f.next(time.Now())
+		switch {
+		case wait != nil:
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return a // the claim fails on ctx
+			}
+		case !a.full:
+			return a
+		}
+		var fl foundFloor
+		err := s.pool.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos})...).Scan(&fl.at, &fl.pos)
+		f.searched(a, fl, err == nil, time.Now())
+		if err != nil || !fl.at.Valid {
+			return a
+		}
+		return floorArgs{at: fl.at, pos: fl.pos, start: a.start}
+	}
+}
+
+// next returns the floor the next claim starts from, the beginning of the
+// pending set (full) when the caller is to search from there, or a channel
+// to wait on while another caller searches for a floor the store does not
+// have yet.
+func (f *claimFloor) next(now time.Time) (floorArgs, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.at.Valid || !now.Before(f.nextFull) {
-		// Until this claim reports back, the others keep to the floor.
-		f.nextFull = now.Add(f.fullEvery())
-		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now}
+	switch {
+	case f.search != nil && !f.at.Valid:
+		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now}, f.search
+	case f.search == nil && (!f.at.Valid || !now.Before(f.nextFull)):
+		f.search, f.nextFull = make(chan struct{}), now.Add(f.fullEvery())
+		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now}, nil
 	}
-	return floorArgs{at: f.at, pos: f.pos, start: now}
+	return floorArgs{at: f.at, pos: f.pos, start: now}, nil
+}
+
+// searched records the end of a search from the beginning that started
+// as a says: the floor it found, if ok, replaces the store's (it may lie
+// below it), and the next search is due after the longer of the period
+// and floorFullShare times this one's duration.
+func (f *claimFloor) searched(a floorArgs, fl foundFloor, ok bool, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextFull = a.start.Add(max(f.fullEvery(), floorFullShare*now.Sub(a.start)))
+	if ok && fl.at.Valid {
+		f.at, f.pos = fl.at, fl.pos
+	}
+	close(f.search)
+	f.search = nil
 }
 
 func (f *claimFloor) fullEvery() time.Duration {
@@ -89,22 +143,12 @@ func (f *claimFloor) fullEvery() time.Duration {
 	return floorFullEvery
 }
 
-// known is whether the store has a floor yet.
-func (f *claimFloor) known() bool {
+// saw records the floor found by a claim that started from a: a claim from
+// the beginning (its search failed) replaces the floor, any other raises
+// it.
+func (f *claimFloor) saw(a floorArgs, at pgtype.Timestamptz, pos int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.at.Valid
-}
-
-// saw records the floor a claim that started from a found: a claim from
-// the beginning replaces the floor (it may have found rows below it),
-// any other raises it. now is when the claim returned.
-func (f *claimFloor) saw(a floorArgs, at pgtype.Timestamptz, pos int64, now time.Time) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if a.full {
-		f.nextFull = a.start.Add(max(f.fullEvery(), floorFullShare*now.Sub(a.start)))
-	}
 	if !at.Valid {
 		return
 	}

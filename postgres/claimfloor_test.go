@@ -204,7 +204,7 @@ func claimCost(t *testing.T, scfg postgres.Config, text func(*claimTracer) strin
 
 // Rows below the floor are the floor's only risk. Leased rows are pending,
 // so the floor never passes them: a released event and an expired lease
-// come back at the next claim, with no claim from the beginning in between.
+// come back at the next claim, with no search from the beginning between.
 func TestClaimFloorKeepsLeasedRowsClaimable(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 2)
@@ -227,9 +227,9 @@ func TestClaimFloorKeepsLeasedRowsClaimable(t *testing.T) {
 		}
 		return b
 	}
-	first := claim(10, now) // from the beginning: the store has no floor yet
+	first := claim(10, now) // the store searches for its floor first
 	s.SetFloorFullEveryForTest(time.Hour)
-	one := claim(1, now) // from the beginning once more, then from the floor
+	one := claim(1, now) // searched once more, then from the floor
 	second := claim(10, now)
 	assertSameIDs(t, "first claim", first.Events, written[:10])
 	assertSameIDs(t, "second claim", one.Events, written[10:11])
@@ -294,7 +294,7 @@ func TestClaimFindsRowsWrittenBelowTheFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.SetFloorFullEveryForTest(time.Hour)
-	publishAll(claim()) // from the beginning: the store has no floor yet
+	publishAll(claim()) // the store searches for its floor first
 	for range 3 {
 		if err := addTx(ctx, s, db.pool, events(t, 5, "floor.more")...); err != nil {
 			t.Fatal(err)
@@ -307,9 +307,9 @@ func TestClaimFindsRowsWrittenBelowTheFloor(t *testing.T) {
 	assertIDsOf(t, "claim after the slow transaction committed", claim().Events, late.ID)
 
 	// An event written an hour in the past, below the floor, is claimed
-	// by the next claim from the beginning of the pending set.
+	// once the store next searches for its floor from the beginning.
 	s.SetFloorFullEveryForTest(200 * time.Millisecond)
-	assertIDsOf(t, "claim from the beginning", claim().Events)
+	assertIDsOf(t, "claim after a search", claim().Events)
 	old := mustEvent(t, "floor.old", nil)
 	old.AvailableAt = time.Now().Add(-time.Hour)
 	if err := addTx(ctx, s, db.pool, old); err != nil {

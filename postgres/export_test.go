@@ -41,9 +41,9 @@ func (s *Store) SetGrownForTest() { s.grown.Store(true) }
 // validates its check under the migration's lock.
 const ValidateCheckMaxBytesForTest = validateCheckMaxBytes
 
-// SetFloorFullEveryForTest sets how often a claim starts from the
-// beginning of the pending set instead of the floor (claimfloor.go); the
-// next claim does in any case. 1ns makes every claim do so.
+// SetFloorFullEveryForTest sets how often the store looks for its claim
+// floor from the beginning of the pending set (claimfloor.go); the next
+// claim does so in any case.
 func (s *Store) SetFloorFullEveryForTest(d time.Duration) {
 	f := s.plans.floor
 	f.mu.Lock()

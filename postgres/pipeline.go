@@ -39,7 +39,7 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 	if err != nil {
 		return core.Batch{}, err, err
 	}
-	cq, err := s.claimQuery(creq)
+	cq, err := s.claimQuery(ctx, creq)
 	if err != nil {
 		return core.Batch{}, s.Settle(ctx, sreq), err
 	}
@@ -67,9 +67,6 @@ func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, cre
 		// Committed, but the batch could not be read.
 		s.abandon(ctx, cq, nil, claimErr)
 		return core.Batch{}, s.settleUnmatched(ctx, sq, sreq, settleErr), wrap("settle and claim", claimErr)
-	}
-	if len(batch.Events)+dead == 0 {
-		s.seekFloor(ctx)
 	}
 	return s.topUp(ctx, cq, batch, dead), s.settleUnmatched(ctx, sq, sreq, settleErr), nil
 }

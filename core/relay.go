@@ -192,24 +192,22 @@ func (r *Relay) work(ctx, hardCtx context.Context) {
 	rechecks := 0
 	for ctx.Err() == nil {
 		began := r.notifications.Load()
-		if woken {
-			claim := r.paceWake(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if !claim {
-				// Another worker claims for this wake-up once the
-				// spacing is over.
-				woken, rechecks = r.idle(ctx, r.cfg.PollInterval)
-				continue
-			}
+		// Woken or polling, while events flow the claims are spaced.
+		claim := r.paceWake(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !claim {
+			// Another worker claims once the spacing is over.
+			woken, rechecks = r.idle(ctx, r.cfg.PollInterval)
+			continue
 		}
 		roundAt := r.cfg.Clock.Now()
 		found, err := r.runBatches(ctx, hardCtx, true)
 		if found > 0 {
 			// runBatches returns after a batch that was not full: events
 			// flow, but there is no backlog.
-			r.pacer.found(roundAt, found)
+			r.pacer.found(roundAt, found, r.cfg.Clock.Now().Sub(roundAt))
 		}
 		if err != nil && ctx.Err() == nil {
 			r.log.Error("outbox relay batch failed", "error", err)
@@ -244,11 +242,11 @@ func (r *Relay) idle(ctx context.Context, wait time.Duration) (bool, int) {
 	}
 }
 
-// paceWake spaces a relay's claims while events flow: a worker woken
-// then waits until the claim interval (flowPacer.interval) has passed since
-// the last claim round that found events, and only one worker waits so:
-// paceWake returns false to the others, whose wake-up the waiting worker's
-// claim covers. It returns true at once when events are not flowing (the
+// paceWake spaces a relay's claims while events flow: a worker about to
+// claim (woken, or its poll timer fired) then waits until the claim
+// interval (flowPacer.interval) has passed since the last claim round that
+// found events, and only one worker waits so: paceWake returns false to
+// the others, whose wake-up the waiting worker's claim covers. It returns true at once when events are not flowing (the
 // first event after a quiet spell is claimed at once), and false if ctx
 // ended.
 //
@@ -288,8 +286,10 @@ type flowPacer struct {
 	// at is when the last claim round that found events (without a full
 	// batch) began; zero for never.
 	at time.Time
-	// rate is the smoothed rate of events found, per second.
+	// rate is the smoothed rate of events found, per second; took the
+	// smoothed duration of those rounds (claim, publish, settle).
 	rate float64
+	took time.Duration
 	// waiting is set while a worker waits to claim.
 	waiting bool
 }
@@ -298,8 +298,9 @@ type flowPacer struct {
 // flowing; past it the rate starts over.
 const flowWindow = time.Second
 
-// found records that a claim round begun at at found n events.
-func (p *flowPacer) found(at time.Time, n int) {
+// found records that a claim round begun at at found n events and took
+// took.
+func (p *flowPacer) found(at time.Time, n int, took time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if d := at.Sub(p.at); !p.at.IsZero() && d > 0 && d < flowWindow {
@@ -307,8 +308,9 @@ func (p *flowPacer) found(at time.Time, n int) {
 		// began.
 		inst := float64(n) / d.Seconds()
 		p.rate = 0.75*p.rate + 0.25*inst
+		p.took = (3*p.took + took) / 4
 	} else {
-		p.rate = 0
+		p.rate, p.took = 0, took
 	}
 	p.at = at
 }
@@ -318,12 +320,19 @@ func (p *flowPacer) found(at time.Time, n int) {
 // events/s.
 const maxPace = 10 * time.Millisecond
 
-// interval is the spacing of claims at the current rate: a microsecond
-// per event per second (1 ms at 1,000/s, 5 ms at 5,000/s), at most
-// maxPace. Batches then grow with the square of the rate (about 1 event
-// at 1,000/s, 25 at 5,000/s) and the delay only linearly.
+// busyShare is how many times a claim round's duration the relay waits
+// before the next while events flow: its rounds then take at most a
+// third of its time.
+const busyShare = 2
+
+// interval is the spacing of claims: a microsecond per event per second
+// (1 ms at 1,000/s, 5 ms at 5,000/s), or busyShare times what the rounds
+// take if longer, at most maxPace. Batches then grow with the square of
+// the rate (about 1 event at 1,000/s, 25 at 5,000/s) and the delay only
+// linearly; and when the database is busy, its claims slow down, and the
+// relay backs off with them instead of competing with the writers.
 func (p *flowPacer) interval() time.Duration {
-	return min(maxPace, time.Duration(p.rate*float64(time.Microsecond)))
+	return min(maxPace, max(busyShare*p.took, time.Duration(p.rate*float64(time.Microsecond))))
 }
 
 // reserve says whether the caller should claim (false: another worker is

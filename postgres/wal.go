@@ -53,7 +53,7 @@ const (
 	// writers stop, polling backs off, and the stream is back within
 	// busyPause to wake the relay for the next event.
 	busyRate  = 2000
-	busyFor   = 2 * time.Second
+	busyFor   = time.Second
 	busyPause = 10 * time.Second
 )
 

@@ -386,9 +386,10 @@ const pollBackoff = 8
 // grows with the idle time (pollBackoff) up to PollInterval. Events a
 // wake-up announced do not speed polling up: the wake-ups already bring
 // the relay at once, and polling fast beside them would only double the
-// claims.
+// claims. They get one more look only, after MinPollInterval (the pacing
+// may stretch it), in case the announcements stop while events still flow.
 //
-// One exception: a wake-up that found nothing may have overtaken the
+// And a wake-up that found nothing may have overtaken the
 // commit it announced. A replication stream reports a commit once its
 // record is flushed, a moment before the committing session makes it
 // visible to others; on a busy 2-core server a few percent of the
@@ -400,6 +401,13 @@ func (r *Relay) pollWait(woken bool, found int, announced bool, rechecks int) (t
 	switch {
 	case found > 0 && !announced:
 		r.lastFind.Store(now.UnixNano())
+	case found > 0:
+		// Announced events: look once more soon all the same. The
+		// announcements may stop while events still flow (a WAL stream
+		// pauses when busy), and a wake-up may have come a moment before
+		// its commit was visible; the look after this one, if it finds
+		// nothing, goes back to the idle wait.
+		return r.cfg.MinPollInterval, 0
 	case found == 0 && rechecks == 0 && woken && announced:
 		return 0, 1
 	case found == 0 && rechecks == 1:

@@ -71,13 +71,17 @@ func TestRelayFastPollIsPerRelay(t *testing.T) {
 
 // Events the store announced do not speed polling up: the wake-ups bring
 // the relay already, and fast polls beside them would double the claims.
+// They get one more look, in case the announcements stop while events
+// flow, then the idle poll.
 func TestRelayAnnouncedEventsKeepTheIdlePoll(t *testing.T) {
 	f := newRelayFixture(t, nil, nil, core.RelayConfig{Concurrency: 1, PollInterval: time.Second})
 	f.run()
 	f.idle(1)
 	f.add(3) // the memory store wakes its listeners
 	waitPublished(t, f.pub, 3)
-	f.waitDeadline(start.Add(time.Second), "the idle poll after announced events")
+	f.waitDeadline(start.Add(time.Millisecond), "the one look after announced events")
+	f.clock.Advance(time.Millisecond)
+	f.waitDeadline(start.Add(time.Millisecond+time.Second), "the idle poll after it")
 	if n := f.clock.Timers(); n != 1 {
 		t.Fatalf("%d timers armed, want the worker's one idle poll", n)
 	}
@@ -200,13 +204,14 @@ func TestRelayPacesClaimsWhileEventsFlow(t *testing.T) {
 	f.add(5)
 	store.send(t)
 	waitPublished(t, f.pub, 5)
-	f.waitDeadline(start.Add(time.Second), "the idle poll after the first round")
-	f.clock.Advance(time.Millisecond)
+	f.waitDeadline(start.Add(time.Millisecond), "the look after the first round")
+	f.clock.Advance(time.Millisecond) // that look finds nothing
+	second := start.Add(time.Millisecond)
+	f.waitDeadline(second.Add(time.Second), "the idle poll after it")
 	f.add(5)
 	store.send(t)
 	waitPublished(t, f.pub, 10)
-	second := start.Add(time.Millisecond)
-	f.waitDeadline(second.Add(time.Second), "the idle poll after the second round")
+	f.waitDeadline(second.Add(time.Millisecond), "the look after the second round")
 
 	before := store.claims.Load()
 	f.add(1)

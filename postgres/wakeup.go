@@ -5,6 +5,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync/atomic"
@@ -34,6 +35,9 @@ type wakeupState struct {
 	// unavailable: the warning is given once per Store, however often the
 	// fallback happens again (at every reconnection).
 	warned atomic.Bool
+	// costlyWarned: the same, for a stream paused because decoding the
+	// database's WAL costs too much (wal.go, costlyRate).
+	costlyWarned atomic.Bool
 	// busy says when a stream pauses (wal.go, busyRate).
 	busy busyLimits
 }
@@ -114,9 +118,22 @@ func (s *Store) Listen(ctx context.Context, wake func()) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if errors.Is(err, errStreamBusy) {
-			s.cfg.Logger.DebugContext(ctx, "outbox WAL stream paused while events flow; the relay polls", "table", s.n.outbox, "for", s.wakeups.busy.pause)
-			t := time.NewTimer(s.wakeups.busy.pause)
+		var costly *walCostlyError
+		if pause := s.wakeups.busy.pause; errors.Is(err, errStreamBusy) || errors.As(err, &costly) {
+			if costly != nil {
+				pause = s.wakeups.busy.walPause
+				// Said once per store at warn level: an operator who sees
+				// relays poll should learn why.
+				level := slog.LevelDebug
+				if s.wakeups.costlyWarned.CompareAndSwap(false, true) {
+					level = slog.LevelWarn
+				}
+				s.cfg.Logger.Log(ctx, level, "outbox WAL wake-ups paused: decoding the database's WAL would cost more than polling; relays poll meanwhile",
+					"table", s.n.outbox, "reason", costly.Error(), "for", pause)
+			} else {
+				s.cfg.Logger.DebugContext(ctx, "outbox WAL stream paused while events flow; the relay polls", "table", s.n.outbox, "for", pause)
+			}
+			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -15,5 +15,11 @@ func PublicationNameForTest(schema, table string) string { return publicationNam
 // SetBusyLimitsForTest makes the store's WAL stream pause after d of
 // commits at rate a second or more, for pause.
 func (s *Store) SetBusyLimitsForTest(rate float64, d, pause time.Duration) {
-	s.wakeups.busy = busyLimits{rate: rate, span: d, pause: pause}
+	s.wakeups.busy.rate, s.wakeups.busy.span, s.wakeups.busy.pause = rate, d, pause
+}
+
+// SetWALCostLimitsForTest makes the store's WAL stream pause, for pause,
+// after d of WAL at bytesPerSecond or more.
+func (s *Store) SetWALCostLimitsForTest(bytesPerSecond float64, d, pause time.Duration) {
+	s.wakeups.busy.walRate, s.wakeups.busy.walSpan, s.wakeups.busy.walPause = bytesPerSecond, d, pause
 }

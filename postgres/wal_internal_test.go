@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -138,5 +139,36 @@ func TestBusyMeter(t *testing.T) {
 	at, _ = feed(&b, at, busyRate/10, 2*time.Second)
 	if _, busy := feed(&b, at, 2*busyRate, 400*time.Millisecond); busy {
 		t.Fatal("busy across a quiet spell")
+	}
+}
+
+// The stream pauses once the WAL it went through over walSpan came at
+// walRate or more.
+func TestWALMeter(t *testing.T) {
+	t0 := time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := walMeter{limits: defaultBusy}
+	step := 100 * time.Millisecond
+	pos := pglogrepl.LSN(1 << 30)
+	// 8 MiB/s for a minute: no pause.
+	for at := t0; at.Before(t0.Add(time.Minute)); at = at.Add(step) {
+		pos += 8 << 20 / 10
+		if err := m.at(at, pos); err != nil {
+			t.Fatalf("paused at 8 MiB/s: %v", err)
+		}
+	}
+	// 32 MiB/s: a pause within two spans.
+	start := t0.Add(time.Minute)
+	for at := start; ; at = at.Add(step) {
+		if at.Sub(start) > 2*costlyFor {
+			t.Fatal("no pause at 32 MiB/s")
+		}
+		pos += 32 << 20 / 10
+		var costly *walCostlyError
+		if err := m.at(at, pos); errors.As(err, &costly) {
+			if !strings.Contains(err.Error(), "MiB of WAL a second") {
+				t.Fatalf("error %q", err)
+			}
+			break
+		}
 	}
 }

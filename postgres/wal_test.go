@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -100,6 +101,16 @@ func activeSlot(t *testing.T, pool *pgxpool.Pool, s *postgres.Store, not string)
 	return got
 }
 
+// streamingStore is newStore for tests of the stream itself: its cost
+// guard is off, since other test packages may write WAL fast enough on
+// the shared server to pause it (costlyRate).
+func streamingStore(t *testing.T, db testDB, cfg postgres.Config) *postgres.Store {
+	t.Helper()
+	s := newStore(t, db, cfg)
+	s.SetWALCostLimitsForTest(math.Inf(1), time.Minute, time.Second)
+	return s
+}
+
 // plainInsert writes an event as a service in another language would:
 // plain SQL, no notification.
 func plainInsert(t *testing.T, pool *pgxpool.Pool, schema string) core.ID {
@@ -126,7 +137,7 @@ func terminate(t *testing.T, pool *pgxpool.Pool, pid int32) {
 func TestWALWakesRelayOnPlainInsert(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 4)
-	s := newStore(t, db, postgres.Config{})
+	s := streamingStore(t, db, postgres.Config{})
 	pub := memory.NewPublisher()
 	// An hour's poll: only the stream can deliver the events in time.
 	runRelay(t, s, pub, core.RelayConfig{PollInterval: time.Hour})
@@ -155,7 +166,7 @@ func TestWALWakesRelayOnPlainInsert(t *testing.T) {
 func TestWALWakesOnlyForCommittedInserts(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 3)
-	s := newStore(t, db, postgres.Config{})
+	s := streamingStore(t, db, postgres.Config{})
 	w := runListen(t, s)
 	activeSlot(t, db.pool, s, "")
 	w.waitMore(t, 0, streamStart, "the wake-up after the stream starts")
@@ -205,7 +216,7 @@ func TestWALWakesOnStreamedTransaction(t *testing.T) {
 		u.RawQuery += "&"
 	}
 	u.RawQuery += "options=-c%20logical_decoding_work_mem%3D64kB"
-	s := newStore(t, db, postgres.Config{WakeupURL: u.String()})
+	s := streamingStore(t, db, postgres.Config{WakeupURL: u.String()})
 	w := runListen(t, s)
 	activeSlot(t, db.pool, s, "")
 	w.waitMore(t, 0, streamStart, "the wake-up after the stream starts")
@@ -232,7 +243,7 @@ func TestWALWakesOnStreamedTransaction(t *testing.T) {
 func TestWALSlotDiesWithItsConnection(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 3)
-	s := newStore(t, db, postgres.Config{})
+	s := streamingStore(t, db, postgres.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wakes atomic.Int64
 	done := make(chan error, 1)
@@ -369,7 +380,7 @@ func TestWALFallsBackWithoutPublication(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log lockedBuffer
-	s := newStore(t, db, postgres.Config{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s := streamingStore(t, db, postgres.Config{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	w := runListen(t, s)
 	var pid int32
 	waitFor(t, 30*time.Second, "the fallback LISTEN to connect", func() bool {
@@ -493,7 +504,7 @@ func TestWALStreamPausesWhileEventsFlow(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 4)
 	var log lockedBuffer
-	s := newStore(t, db, postgres.Config{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s := streamingStore(t, db, postgres.Config{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	s.SetBusyLimitsForTest(20, 2*time.Second, time.Second)
 	w := runListen(t, s)
 	first := activeSlot(t, db.pool, s, "")
@@ -521,5 +532,35 @@ func TestWALStreamPausesWhileEventsFlow(t *testing.T) {
 	w.waitMore(t, before, 30*time.Second, "a wake-up from the resumed stream")
 	if l := log.String(); l != "" {
 		t.Fatalf("the pause logged at warn level:\n%s", l)
+	}
+}
+
+// A stream whose WAL sender decodes WAL at the costly rate, none of it the
+// outbox's, pauses and says so once at warn level; it comes back after the
+// pause.
+func TestWALStreamPausesWhenDecodingIsCostly(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 3)
+	var log lockedBuffer
+	s := newStore(t, db, postgres.Config{Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	// 64 KiB/s over a second: what the test writes into another table.
+	s.SetWALCostLimitsForTest(64<<10, time.Second, 500*time.Millisecond)
+	w := runListen(t, s)
+	first := activeSlot(t, db.pool, s, "")
+	w.waitMore(t, 0, streamStart, "the wake-up after the stream starts")
+	ctx := ctxT(t)
+	other := pgx.Identifier{db.schema, "bulk"}.Sanitize()
+	if _, err := db.pool.Exec(ctx, "CREATE TABLE "+other+" (n int, pad text)"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the costly stream to pause", func() bool {
+		if _, err := db.pool.Exec(ctx, "INSERT INTO "+other+" SELECT g, repeat('x', 200) FROM generate_series(1, 1000) g"); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Contains(log.String(), "outbox WAL wake-ups paused")
+	})
+	activeSlot(t, db.pool, s, first.name)
+	if got := logLines(log.String(), "outbox WAL wake-ups paused"); got != 1 {
+		t.Fatalf("%d warnings about the costly stream, want 1:\n%s", got, log.String())
 	}
 }

@@ -1,7 +1,7 @@
 // Package postgres is outboxkit's PostgreSQL store, on pgx v5: the outbox
 // table and its migrations, the writer's Add, the relay's side of core.Store
-// (with LISTEN/NOTIFY wake-ups, stats, replay and retention), and a
-// core.Deduper for consumers.
+// (with wake-ups from the WAL or LISTEN/NOTIFY, stats, replay and
+// retention), and a core.Deduper for consumers.
 //
 // # Setup
 //
@@ -47,15 +47,15 @@
 // Add validates every event before sending anything (an invalid batch leaves
 // the transaction usable and writes nothing) and then costs one round trip
 // whatever the batch size: a single INSERT (VALUES for one event, SELECT FROM
-// unnest(...) for several) that, by default, also sends the NOTIFY wake-up
-// (see "Waking relays" for when to send it after the commit instead).
+// unnest(...) for several). By default it sends no wake-up: relays learn
+// of the commit from the WAL, or by polling (see "Waking relays").
 //
 // Services in other languages write plain SQL; only three columns are
 // required and the relay picks the row up like any other:
 //
 //	INSERT INTO billing.outbox_events (id, event_type, payload)
 //	VALUES ('0190f3c4-8a2e-7c4b-9d1a-3f2e1b0c9d8e', 'order.confirmed', '{"order": 42}');
-//	SELECT pg_notify('billing.outbox_events', '');  -- optional: wake relays now
+//	SELECT pg_notify('billing.outbox_events', '');  -- optional: wakes relays that LISTEN
 //
 // Use UUID v7 IDs where you can (new rows then land at the edge of the
 // primary-key index); gen_random_uuid() is the column's default otherwise.
@@ -87,49 +87,65 @@
 //
 // # Waking relays
 //
-// Relays find new events by polling (core.RelayConfig.PollInterval) and,
-// to do so at once, by LISTENing for a notification writers send on the
-// store's channel. The notification is only a hint: polling is the safety
-// net for any that is lost. Config.Notify chooses how writers send it.
+// The table is the truth; wake-ups only tell relays to look now rather
+// than at their next poll, and polling covers whatever a wake-up misses.
+// Two settings decide them: Config.Wakeup, how a relay's store learns of
+// new events, and Config.Notify, what writers send.
 //
-//   - NotifyInTransaction (the default): Add's statement calls pg_notify
-//     inside the caller's transaction, and the commit delivers it. Nothing
-//     else to call, and the lowest latency. PostgreSQL folds identical
-//     notifications of one transaction into one, so a transaction notifies
-//     once however many Adds it makes.
+// By default writers send nothing (NotifyNone), so a wake-up costs them
+// nothing, and relays (WakeupAuto):
+//
+//   - stream the outbox table's inserts by logical replication where the
+//     server allows it: wal_level = logical, a role with REPLICATION (or
+//     superuser) on the wake-up connection, and the publication
+//     "outboxkit.<schema>.<table>" that migration 7 creates (it publishes
+//     inserts only, and from PostgreSQL 15 the id column only). Each relay
+//     holds one replication connection on a temporary slot, dropped by
+//     the server when the connection ends, however it ends, so a dead
+//     relay retains no WAL; the relay confirms what it received every
+//     tenth of a second while messages flow, so the slot holds back no
+//     more. Every commit that inserted into the table wakes the relay,
+//     whoever wrote it (Add, plain SQL from another language).
+//   - otherwise LISTEN, and say once in the log (a warning) why the
+//     stream is unavailable and what would enable it. LISTEN hears only
+//     writers that notify; the relay's polling finds the others, and it
+//     polls fast while it keeps finding events that nobody announced
+//     (core.RelayConfig.MinPollInterval, 1 ms), backing off to
+//     PollInterval (1 s) as it stays idle.
+//
+// Each reconnection tries the stream again, so a server restarted with
+// wal_level = logical, or a publication created by hand, is streamed from
+// without restarting the relay. Config.Wakeup chooses otherwise:
+// WakeupListen never streams (each stream decodes the whole database's
+// WAL, a cost to weigh with many relays or heavy unrelated writes), and
+// WakeupPoll opens no wake-up connection.
+//
+// Writers may still notify, for relays that LISTEN:
+//
+//   - NotifyInTransaction: Add's statement calls pg_notify inside the
+//     caller's transaction, and the commit delivers it. PostgreSQL
+//     serialises the commits of every transaction that issued NOTIFY
+//     (PreCommit_Notify takes a cluster-wide lock and holds it until the
+//     commit record is flushed), so with many concurrent writers an
+//     in-transaction NOTIFY turns group commit into one WAL flush per
+//     business transaction: measured at 8 writers, 0.30 × the same
+//     transaction writing the outbox table by hand.
 //   - NotifyAfterCommit: Add sends nothing; after the caller's COMMIT,
 //     Store.Notify sends SELECT pg_notify in a transaction of its own,
 //     coalesced per Store (at most one in flight, the next covering the
 //     calls that arrive meanwhile) and paced at one per
 //     Config.NotifyInterval (1 ms) with bursts of two. Store.InTx commits
 //     and notifies; code that commits itself calls store.Notify() after
-//     Commit. A writer that dies between its COMMIT and the notification
-//     leaves its events to the poll.
-//   - NotifyOff: nothing is sent, Listen waits for its context without
-//     connecting, and relays poll.
+//     Commit. Measured at 8 writers: 0.94 × (each notification is a
+//     transaction of its own, hence the pacing).
+//   - NotifyOff: nothing is sent, and the store's Listen opens no
+//     connection (as with WakeupPoll).
 //
-// Why three: PostgreSQL serialises the commits of every transaction that
-// issued NOTIFY (PreCommit_Notify takes a cluster-wide lock and holds it
-// until the commit record is flushed), so with many concurrent writers an
-// in-transaction NOTIFY turns group commit into one WAL flush per business
-// transaction. A transaction that only notifies writes no WAL before its
-// commit record and holds the lock for microseconds. Measured with 8
-// writers each committing an UPDATE plus one event (docs/BENCHMARKS.md),
-// against pgbench committing the same UPDATE plus a plain INSERT (run 6):
-// in-transaction NOTIFY 0.67×, after-commit 0.94× (0.88× unpaced), off
-// 1.00×. After commit, delivery at 1,000 events/s took p50 0.58 ms and p99
-// 2.39 ms, against 0.35 and 1.19 ms in the transaction. Each after-commit
-// notification is a transaction with an ID of its own, which is why they
-// are paced: unpaced, writers at ~7,000 commits/s sent ~2,700 a second and
-// committed 4–10 % less.
+// docs/BENCHMARKS.md ("Wake-ups") gives the measured write throughput,
+// latency and idle cost of each combination.
 //
-// So: keep the default for modest write rates, or where code commits
-// without going through InTx and cannot be taught to call Notify; choose
-// NotifyAfterCommit when many writers commit concurrently; choose NotifyOff
-// when LISTEN is unavailable (behind PgBouncer in transaction mode, unless
-// the relays connect to PostgreSQL directly) or the poll interval is delay
-// enough. Writers of one table may mix modes; what a relay's own store is
-// set to matters only in that NotifyOff stops its Listen.
+// Writers of one table may mix modes; a relay's store ignores its own
+// Notify except that NotifyOff stops its Listen.
 //
 //	store, _ := postgres.New(pool, &postgres.Config{Schema: "billing", Notify: postgres.NotifyAfterCommit})
 //	err := store.InTx(ctx, pool, func(tx pgx.Tx) error {
@@ -137,10 +153,13 @@
 //		return store.Add(ctx, tx, e)
 //	})
 //
-// Listen holds a dedicated connection (outside the pool) and reconnects
+// The wake-up connection is dedicated (outside the pool) and reconnects
 // with capped backoff, waking the relay after every reconnect because
-// notifications sent meanwhile are lost. LISTEN needs a session-pooled
-// connection.
+// what was written meanwhile was not announced. It needs a session of its
+// own: a pool behind PgBouncer in transaction mode cannot hold a LISTEN,
+// and a replication connection cannot pass PgBouncer at all, so give
+// relays behind PgBouncer Config.WakeupURL, a connection string straight
+// to PostgreSQL (its role needs REPLICATION for the stream).
 //
 // # Ordering
 //
@@ -204,8 +223,10 @@
 //     docs/OPERATIONS.md rule 7 says what is left to operators). Only a pool
 //     in pgx's default mode (cache_statement) is affected; other modes
 //     never prepare.
-//   - Notify: NotifyAfterCommit for many concurrent writers, NotifyOff
-//     where LISTEN is unavailable (see "Waking relays").
+//   - Wake-ups: enable logical replication (wal_level = logical, a
+//     REPLICATION role, WakeupURL past PgBouncer) for the lowest latency
+//     at no cost to writers; without it, MinPollInterval and PollInterval
+//     trade latency against idle claims (see "Waking relays").
 //   - MaxPayloadBytes (1 MiB by default, QStash's smallest plan limit) refuses
 //     large payloads up front: store large data elsewhere and send a
 //     reference.

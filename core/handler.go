@@ -33,15 +33,25 @@ func ChainHandler(h Handler, mws ...HandlerMiddleware) Handler {
 // ApplyOnce runs h for e through d under the key (consumer, e.ID), so the
 // effect is applied at most once however often e is delivered. It reports
 // whether the effect ran now (false: it was a duplicate, or it failed).
+//
+// When d is a SequencedDeduper and e is sequenced (IsSequenced: an
+// aggregate ID and a positive Sequence), ApplyOnce calls OnceInOrder
+// instead, so the consumer also applies the aggregate's events in order: a
+// stale event reports false, nil like a duplicate, and an early one fails
+// with an error matching ErrSequenceGap. Other events go through Once, as
+// with any Deduper.
 func ApplyOnce(ctx context.Context, d Deduper, consumer string, h Handler, e Event) (applied bool, err error) {
-	return d.Once(ctx, DedupeKey{Consumer: consumer, EventID: e.ID}, func(ctx context.Context) error {
-		return h.Handle(ctx, e)
-	})
+	effect := func(ctx context.Context) error { return h.Handle(ctx, e) }
+	if sd, ok := d.(SequencedDeduper); ok && IsSequenced(e) {
+		return sd.OnceInOrder(ctx, consumer, e, effect)
+	}
+	return d.Once(ctx, DedupeKey{Consumer: consumer, EventID: e.ID}, effect)
 }
 
 // Idempotent returns middleware that runs the wrapped handler through d (see
-// ApplyOnce). A duplicate delivery returns nil without calling the handler, so
-// the transport stops redelivering it.
+// ApplyOnce). A duplicate delivery (or, with a SequencedDeduper, a stale
+// one) returns nil without calling the handler, so the transport stops
+// redelivering it.
 func Idempotent(d Deduper, consumer string) HandlerMiddleware {
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, e Event) error {

@@ -54,6 +54,8 @@ type tally struct {
 	relayKills, terminateRounds, backendsEnded int
 	outages, storms, consumerKills, pgRestarts int
 	listenerReconnects                         []time.Duration
+	// slotsAtKill counts the replication slots killed relays held.
+	slotsAtKill int
 }
 
 func TestChaosShort(t *testing.T) {
@@ -114,13 +116,30 @@ func runScenario(t *testing.T, sc scenario) {
 	go func() { defer close(prodDone); prod.run(prodCtx) }()
 	defer func() { stopProducing(); <-prodDone }()
 
+	slots := newSlotWatch(e)
+	wal, err := slots.walLogical(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); slots.run(watchCtx) }()
+	defer func() { stopWatching(); <-watchDone }()
+
 	var tl tally
 	inject := func(f faultKind) {
 		t.Logf("%6.1fs %s", time.Since(start).Seconds(), f)
 		switch f {
 		case faultKillRelay:
-			if e.relays[rnd(len(e.relays))].kill() {
+			i := rnd(len(e.relays))
+			held, err := slots.sample(ctx, i)
+			if err != nil {
+				t.Errorf("replication slots of relay %d: %v", i, err)
+			}
+			if e.relays[i].kill() {
 				tl.relayKills++
+				slots.waitGone(t, held, "relay "+strconv.Itoa(i)+" SIGKILLed")
+				tl.slotsAtKill += len(held)
 			}
 		case faultKillConsumer:
 			if e.consumer.kill() {
@@ -203,7 +222,7 @@ func runScenario(t *testing.T, sc scenario) {
 
 	// Everything committed must now reach its end: applied, or (unknown
 	// types) dead-lettered by QStash; nothing pending in the outbox.
-	err := waitUntil(ctx, sc.drainTimeout, func(ctx context.Context) (bool, error) {
+	err = waitUntil(ctx, sc.drainTimeout, func(ctx context.Context) (bool, error) {
 		o, err := e.check(ctx, nil)
 		return o.pending == 0 && o.lost == 0 && o.unknownMissed == 0, err
 	})
@@ -215,7 +234,17 @@ func runScenario(t *testing.T, sc scenario) {
 		t.Errorf("qstashdev still busy: %v", err)
 	}
 	cancel()
+	stopWatching()
+	<-watchDone
 	e.stopWorkers()
+	// With WAL wake-ups (wal_level = logical, as CI runs the server) every
+	// relay streamed from a temporary slot; none may outlive its relay.
+	seen := slots.all()
+	t.Logf("WAL wake-ups: wal_level logical %v, %d replication slots seen, %d held by relays at their SIGKILL", wal, len(seen), tl.slotsAtKill)
+	if wal && len(seen) == 0 {
+		t.Error("wal_level is logical but no relay streamed WAL wake-ups from a slot")
+	}
+	slots.waitGone(t, seen, "every relay stopped")
 
 	o, err := e.check(ctx, prod.rolledBack())
 	if err != nil {

@@ -64,7 +64,9 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", def.Retry.MaxAttempts, "attempts after which a failing event is dead-lettered")
 	newDurationFlag(fs, &cfg.Retry.InitialBackoff, "initial-backoff", def.Retry.InitialBackoff, "delay after the first failed attempt; it doubles per attempt, with jitter")
 	newDurationFlag(fs, &cfg.Retry.MaxBackoff, "max-backoff", def.Retry.MaxBackoff, "cap on the delay between attempts")
-	noNotify := fs.Bool("no-notify", false, "do not LISTEN for new-event notifications; find events by polling alone")
+	noNotify := fs.Bool("no-notify", false, "open no wake-up connection and find events by polling alone (the same as --wakeup poll)")
+	wakeup := fs.String("wakeup", envOr(a.getenv, "OUTBOX_WAKEUP", "auto"), "how the relay learns of new events at once: `auto` (a WAL stream where the server allows logical replication, else LISTEN, said once in the log), listen, or poll (env OUTBOX_WAKEUP)")
+	wakeupURL := fs.String("wakeup-url", a.getenv("OUTBOX_WAKEUP_URL"), "connection `URL` of the wake-up connection when --database-url goes through PgBouncer: PostgreSQL itself (env OUTBOX_WAKEUP_URL)")
 	deletePublished := fs.Bool("delete-published", false, "delete each row once published instead of keeping it for prune: faster, but published events can be neither inspected nor replayed")
 	ordering := fs.Bool("ordering", false, "per-aggregate ordering: claim only each aggregate's oldest pending event (writers and relays of one table must agree)")
 	fs.StringVar(&cfg.Destination, "only-destination", "", "claim only events whose destination column equals this `value` (a relay dedicated to one slow destination)")
@@ -85,7 +87,11 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Logger = logger
-	cfg.DisableNotifier = *noNotify
+	mode, err := parseWakeup(*wakeup, *noNotify)
+	if err != nil {
+		return err
+	}
+	cfg.DisableNotifier = mode == postgres.WakeupPoll
 	cfg.Hooks = []core.RelayHook{batchLogger{logger}}
 	// Check the settings before connecting anywhere: a typo in a flag
 	// should not wait for a database to answer.
@@ -100,14 +106,10 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 		return err
 	}
 
-	// The relay writes no events, so of the notify modes only "off"
-	// matters to it: it stops the store's Listen.
-	notify := postgres.NotifyInTransaction
-	if *noNotify {
-		notify = postgres.NotifyOff
-	}
+	// The relay writes no events, so its store's Notify does not matter;
+	// Wakeup decides its wake-up connection.
 	pool, store, err := a.openStore(ctx, int32(cfg.Concurrency)+2, postgres.Config{
-		Ordering: *ordering, DeletePublished: *deletePublished, Notify: notify, Logger: logger,
+		Ordering: *ordering, DeletePublished: *deletePublished, Wakeup: mode, WakeupURL: *wakeupURL, Logger: logger,
 	})
 	if err != nil {
 		return err
@@ -140,7 +142,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	logger.Info("relay started",
 		"transport", strings.ToLower(tf.kind), "database", displayURL(a.g.databaseURL), "schema", a.g.schema, "table", a.g.table,
 		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration.String(), "publish_timeout", rc.PublishTimeout.String(),
-		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "notify", !*noNotify, "ordering", *ordering, "delete_published", *deletePublished)
+		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "wakeup", mode.String(), "ordering", *ordering, "delete_published", *deletePublished)
 	stop := context.AfterFunc(ctx, func() {
 		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", max(rc.ShutdownTimeout, 0).String())
 	})
@@ -223,4 +225,27 @@ func (b batchLogger) AfterSettle(ctx context.Context, info core.SettleInfo) {
 	b.log.DebugContext(ctx, "batch settled", "events", len(info.Events),
 		"published", counts[core.Published], "retry", counts[core.Retry], "dead_lettered", counts[core.DeadLettered],
 		"released", counts[core.Released], "publish_duration", info.PublishDuration.String())
+}
+
+// parseWakeup reads --wakeup; --no-notify, from before the flag existed,
+// means poll and contradicts any other mode given.
+func parseWakeup(v string, noNotify bool) (postgres.WakeupMode, error) {
+	var mode postgres.WakeupMode
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto":
+		mode = postgres.WakeupAuto
+	case "listen":
+		mode = postgres.WakeupListen
+	case "poll":
+		mode = postgres.WakeupPoll
+	default:
+		return 0, usageError(fmt.Sprintf("--wakeup %q: want auto, listen or poll", v))
+	}
+	if noNotify && mode != postgres.WakeupPoll && mode != postgres.WakeupAuto {
+		return 0, usageError(fmt.Sprintf("--no-notify contradicts --wakeup %s: give one of them", mode))
+	}
+	if noNotify {
+		mode = postgres.WakeupPoll
+	}
+	return mode, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
 )
 
 // TestRelayDeliversPlainSQLInserts is the public contract end to end: rows
@@ -228,4 +232,52 @@ func TestRelayZeroShutdownTimeout(t *testing.T) {
 	if n := o.count(t, "published_at IS NULL AND lease_token IS NOT NULL AND lease_until > now()"); n != 0 {
 		t.Errorf("%d row(s) still leased by the stopped relay", n)
 	}
+}
+
+// TestRelayWakeupURL: --wakeup-url gives the wake-up connection a URL of
+// its own (PostgreSQL itself, for relays whose --database-url goes
+// through PgBouncer), and with --wakeup listen that connection LISTENs.
+// The poll interval is an hour, so the event inserted after the LISTEN
+// began can only arrive through it.
+func TestRelayWakeupURL(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	q := newDevQStash(t, nil)
+	app := "outboxctl-wakeup-" + strings.ToLower(core.NewID().String()[:8])
+	u, err := url.Parse(pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	qv := u.Query()
+	qv.Set("application_name", app)
+	u.RawQuery = qv.Encode()
+	args := q.relayArgs(o, "--wakeup", "listen", "--wakeup-url", u.String(), "--poll-interval", "1h")
+	p := start(t, qstashEnv(), args...)
+	waitFor(t, 30*time.Second, "a LISTEN on the wake-up URL's connection", func() bool {
+		if p.exited() {
+			t.Fatalf("relay exited early (code %d):\n%s", p.code, p.stderr)
+		}
+		var n int
+		if err := o.pool.QueryRow(ctxT(t), `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	ids := o.insertSQL(t, 1, "order.placed")
+	o.exec(t, "SELECT pg_notify($1, '')", o.schema+".outbox_events")
+	waitFor(t, 30*time.Second, "the notified event at the consumer", func() bool { return q.got()[ids[0]] > 0 })
+	p.signal(t, syscall.SIGTERM)
+	if code := p.wait(t, 20*time.Second); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM, want 0:\n%s", code, p.stderr)
+	}
+}
+
+// TestRelayWakeupFlag: a mistyped --wakeup, or one --no-notify
+// contradicts, is a usage error before anything connects.
+func TestRelayWakeupFlag(t *testing.T) {
+	t.Parallel()
+	r := cli(t, qstashEnv(), "relay", "--destination", "https://example.com/hook", "--wakeup", "wal")
+	wantOneLineError(t, r, 2, `--wakeup "wal"`, "auto, listen or poll")
+	r = cli(t, qstashEnv(), "relay", "--destination", "https://example.com/hook", "--wakeup", "listen", "--no-notify")
+	wantOneLineError(t, r, 2, "--no-notify contradicts --wakeup listen")
 }

@@ -60,11 +60,8 @@ SELECT consumer, event_id FROM ` + n.processed + ` WHERE processed_at < $1 ORDER
 // others wait for the first transaction and then find the key recorded (or,
 // if it rolled back, one of them runs the effect).
 func (d *Deduper) Once(ctx context.Context, key core.DedupeKey, effect func(ctx context.Context) error) (applied bool, err error) {
-	if key.Consumer == "" {
-		return false, &core.ConfigError{Field: "DedupeKey.Consumer", Reason: "is empty: name the consumer (one stable name per effect)"}
-	}
-	if key.EventID.IsZero() {
-		return false, &core.ValidationError{Field: "ID", Reason: "is the nil UUID", Err: core.ErrInvalidID}
+	if err := checkKey(key); err != nil {
+		return false, err
 	}
 	tx, err := d.pool.Begin(ctx)
 	if err != nil {
@@ -92,6 +89,61 @@ func (d *Deduper) Once(ctx context.Context, key core.DedupeKey, effect func(ctx 
 	return true, nil
 }
 
+// OnceTx is Once within a transaction the caller already holds, for
+// consumers that apply an effect as part of a larger unit of work. It runs
+// in a savepoint of tx: it records key, runs effect (which receives the
+// savepoint through TxFromContext and through ctx only), and releases the
+// savepoint. A duplicate key or a failed effect rolls back to the savepoint,
+// so tx stays usable either way: the caller may go on and commit its other
+// work.
+//
+// Nothing is durable until the caller commits tx: applied reports that the
+// effect ran and its record is written in tx. If the caller rolls back, the
+// effect and its record go together, and a later delivery applies it again.
+// A concurrent delivery of the same key waits on the record's unique index
+// until tx ends.
+func (d *Deduper) OnceTx(ctx context.Context, tx pgx.Tx, key core.DedupeKey, effect func(ctx context.Context) error) (applied bool, err error) {
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	if tx == nil {
+		return false, &core.ConfigError{Field: "tx", Reason: "is nil: pass the transaction to join, or call Once"}
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return false, wrap("deduper: savepoint", err)
+	}
+	defer func() {
+		if !applied {
+			_ = sp.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	tag, err := sp.Exec(ctx, d.insert, key.Consumer, pgtype.UUID{Bytes: key.EventID, Valid: true})
+	if err != nil {
+		return false, wrap("deduper: record event", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil
+	}
+	if err := effect(context.WithValue(ctx, txKey{}, sp)); err != nil {
+		return false, err
+	}
+	if err := sp.Commit(ctx); err != nil {
+		return false, wrap("deduper: release savepoint", err)
+	}
+	return true, nil
+}
+
+func checkKey(key core.DedupeKey) error {
+	if key.Consumer == "" {
+		return &core.ConfigError{Field: "DedupeKey.Consumer", Reason: "is empty: name the consumer (one stable name per effect)"}
+	}
+	if key.EventID.IsZero() {
+		return &core.ValidationError{Field: "ID", Reason: "is the nil UUID", Err: core.ErrInvalidID}
+	}
+	return nil
+}
+
 // Prune deletes processed-event records older than processedBefore, in
 // statements of at most PruneBatchSize rows, and returns how many it
 // deleted. Keep records for longer than any transport may redeliver (QStash
@@ -115,9 +167,10 @@ func (d *Deduper) Prune(ctx context.Context, processedBefore time.Time) (int64, 
 
 type txKey struct{}
 
-// TxFromContext returns the transaction a Deduper runs an effect in. Effects
-// write their changes through it so the changes and the processed record
-// commit together.
+// TxFromContext returns the transaction a Deduper or Sequencer runs an
+// effect in (with OnceTx and OnceInOrderTx, a savepoint of the caller's
+// transaction). Effects write their changes through it so the changes and
+// the processed record commit together.
 func TxFromContext(ctx context.Context) (pgx.Tx, bool) {
 	tx, ok := ctx.Value(txKey{}).(pgx.Tx)
 	return tx, ok

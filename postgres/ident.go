@@ -79,6 +79,11 @@ type names struct {
 
 	// Unqualified constraint names.
 	attemptsCheck string
+
+	// Consumer-side order (Sequencer, migration 008).
+	sequences      string // "schema"."table_sequences"
+	sequenceGaps   string // "schema"."table_sequence_gaps"
+	sequenceParked string // "schema"."table_sequence_parked"
 }
 
 func newNames(schema, table string) (names, error) {
@@ -106,6 +111,10 @@ func newNames(schema, table string) (names, error) {
 		slotIdx:      q(table + "_slot_idx"),
 
 		attemptsCheck: q(table + "_attempts_check"),
+
+		sequences:      q(schema, table+"_sequences"),
+		sequenceGaps:   q(schema, table+"_sequence_gaps"),
+		sequenceParked: q(schema, table+"_sequence_parked"),
 	}, nil
 }
 

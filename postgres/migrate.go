@@ -377,6 +377,7 @@ type templateNames struct {
 	Schema, Outbox, Aggregates, Processed, ClaimSlot                                   string
 	PendingIndex, PublishedIndex, DeadIndex, AggregateIndex, ProcessedIndex, SlotIndex string
 	AttemptsCheck                                                                      string
+	Sequences, SequenceGaps, SequenceParked                                            string
 
 	// ValidateMaxBytes is validateCheckMaxBytes.
 	ValidateMaxBytes int64
@@ -397,6 +398,7 @@ func renderMigrations(n names) ([]Migration, error) {
 		PendingIndex: n.pendingIdx, PublishedIndex: n.publishedIdx, DeadIndex: n.deadIdx,
 		AggregateIndex: n.aggregateIdx, ProcessedIndex: n.processedIdx, SlotIndex: n.slotIdx,
 		AttemptsCheck: n.attemptsCheck, ValidateMaxBytes: validateCheckMaxBytes,
+		Sequences: n.sequences, SequenceGaps: n.sequenceGaps, SequenceParked: n.sequenceParked,
 	}
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {

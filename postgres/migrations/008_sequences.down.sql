@@ -1,0 +1,3 @@
+DROP TABLE IF EXISTS {{.SequenceParked}};
+DROP TABLE IF EXISTS {{.SequenceGaps}};
+DROP TABLE IF EXISTS {{.Sequences}};

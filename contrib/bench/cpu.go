@@ -31,6 +31,9 @@ type cpuMeter struct {
 	app   string
 	admin *pgxpool.Pool
 	start map[int]time.Duration
+	// last holds each backend's CPU time at the latest sample, so that
+	// one that disconnects before stop is counted up to then.
+	last map[int]time.Duration
 }
 
 // backendPIDs returns the server process IDs of every connection of pool
@@ -84,9 +87,10 @@ func newAppCPUMeter(ctx context.Context, admin *pgxpool.Pool, app string) (*cpuM
 	if err != nil {
 		return nil, err
 	}
-	m := &cpuMeter{app: app, admin: admin, start: make(map[int]time.Duration, len(pids))}
+	m := &cpuMeter{app: app, admin: admin, start: make(map[int]time.Duration, len(pids)), last: make(map[int]time.Duration, len(pids))}
 	for _, pid := range pids {
 		m.start[pid] = pidsCPU([]int{pid})
+		m.last[pid] = m.start[pid]
 	}
 	m.proc0 = cpuTime()
 	return m, nil
@@ -100,6 +104,27 @@ func appPIDs(ctx context.Context, admin *pgxpool.Pool, app string) ([]int, error
 	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
+// sample records the CPU time of the app's backends now (a meter made by
+// newAppCPUMeter only). A long measurement samples now and then, so that a
+// backend that disconnects before stop (a wake-up connection that
+// reconnects) is counted up to its last sample instead of missed.
+func (m *cpuMeter) sample(ctx context.Context) error {
+	pids, err := appPIDs(ctx, m.admin, m.app)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if t, ok := pidCPU(pid); ok {
+			m.last[pid] = t
+		}
+	}
+	return nil
+}
+
+// backends is how many backends of the app the meter has seen (a meter
+// made by newAppCPUMeter only).
+func (m *cpuMeter) backends() int { return len(m.last) }
+
 // stop returns the CPU time used since start by this process and by the
 // backends (0 when /proc does not show them).
 func (m *cpuMeter) stop() (proc, db time.Duration) {
@@ -109,12 +134,9 @@ func (m *cpuMeter) stop() (proc, db time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	pids, err := appPIDs(ctx, m.admin, m.app)
-	if err != nil {
-		return proc, 0
-	}
-	for _, pid := range pids {
-		db += pidsCPU([]int{pid}) - m.start[pid]
+	_ = m.sample(ctx) // on error, the last samples stand
+	for pid, t := range m.last {
+		db += t - m.start[pid]
 	}
 	return proc, db
 }
@@ -123,31 +145,43 @@ func (m *cpuMeter) stop() (proc, db time.Duration) {
 // Linux architecture Go supports.
 const clockTick = 100
 
-// pidsCPU sums user and system time of processes from /proc/<pid>/stat.
+// pidsCPU sums user and system time of processes from /proc/<pid>/stat,
+// counting those it cannot read as 0.
 func pidsCPU(pids []int) time.Duration {
-	var ticks int64
+	var sum time.Duration
 	for _, pid := range pids {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		// The command name (field 2) may hold spaces; fields after its
-		// closing parenthesis are plain. utime and stime are fields 14 and
-		// 15, so 12 and 13 after the parenthesis.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
+		t, _ := pidCPU(pid)
+		sum += t
 	}
-	return time.Duration(ticks) * time.Second / clockTick
+	return sum
+}
+
+// pidCPU is the user and system time of one process from
+// /proc/<pid>/stat; ok is false when it cannot be read (the process
+// exited, or the server runs elsewhere).
+func pidCPU(pid int) (t time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may hold spaces; fields after its
+	// closing parenthesis are plain. utime and stime are fields 14 and
+	// 15, so 12 and 13 after the parenthesis.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+st) * time.Second / clockTick, true
 }
 
 // perEvent is a CPU time per event in microseconds.

@@ -17,7 +17,7 @@ import (
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // allWorkloads in the order a full run executes them.
-var allWorkloads = []string{"drain", "latency", "write", "qstash", "scaleout"}
+var allWorkloads = []string{"drain", "latency", "write", "idle", "growth", "qstash", "scaleout"}
 
 // options are the harness's flags.
 type options struct {
@@ -36,7 +36,13 @@ type options struct {
 	qsBatch    int
 	qsConc     int
 	wmRates    []int
-	river      bool
+	// The idle workload's measurement window (idle.go).
+	idleFor time.Duration
+	// The growth workload's large backlog and published rows kept beside
+	// the small one (-events) (growth.go).
+	growthEvents   int
+	growthRetained int
+	river          bool
 	// River tuned for throughput (river.go).
 	riverWorkers  int
 	riverCooldown time.Duration
@@ -75,6 +81,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.latencyFor, "latency-duration", 10*time.Second, "length of each paced latency run")
 	fs.DurationVar(&o.writeFor, "write-duration", 10*time.Second, "length of each write-overhead run (pgbench -T)")
 	fs.IntVar(&o.writers, "writers", 8, "concurrent writers (write workload) and producers (latency workload)")
+	fs.DurationVar(&o.idleFor, "idle-duration", 60*time.Second, "how long the idle workload measures each idle relay's CPU")
+	fs.IntVar(&o.growthEvents, "growth-events", 1_000_000, "the growth workload's large backlog, drained beside one of -events")
+	fs.IntVar(&o.growthRetained, "growth-retained", 2_000_000, "published rows the growth workload keeps beside a backlog of -events")
 	fs.StringVar(&procs, "procs", "1,2,4", "relay process counts for the scaleout workload")
 	fs.IntVar(&o.procBatch, "procs-batch", 100, "relay batch size in the scaleout workload")
 	fs.IntVar(&o.procConc, "procs-concurrency", 0, "relay Concurrency of each scaleout process (0: core's default, 2)")
@@ -138,6 +147,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, errors.New("-river-workers must be between 1 and 10000 (River's QueueNumWorkersMax)")
 	case o.riverCooldown < time.Millisecond || o.riverPoll < o.riverCooldown:
 		return nil, errors.New("-river-cooldown must be at least 1ms (River's FetchCooldownMin) and -river-poll at least -river-cooldown")
+	case o.idleFor < time.Second:
+		return nil, fmt.Errorf("-idle-duration %v is too short: give at least 1s (backend CPU time is counted in 10 ms ticks)", o.idleFor)
+	case o.growthEvents < 1 || o.growthRetained < 1:
+		return nil, errors.New("-growth-events and -growth-retained must be at least 1")
+	case o.has("growth") && o.growthEvents <= o.events:
+		return nil, fmt.Errorf("-growth-events (%d) must be larger than -events (%d): the growth workload compares the two backlogs", o.growthEvents, o.events)
 	}
 	return o, nil
 }

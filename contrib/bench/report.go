@@ -36,6 +36,9 @@ type RunConfig struct {
 	ProcsBatch      int      `json:"procs_batch"`
 	QStashBatch     int      `json:"qstash_batch"`
 	QStashConc      int      `json:"qstash_concurrency"`
+	IdleSeconds     float64  `json:"idle_seconds"`
+	GrowthEvents    int      `json:"growth_events"`
+	GrowthRetained  int      `json:"growth_retained"`
 	WallSeconds     float64  `json:"wall_seconds"`
 	PreloadMethod   string   `json:"preload_method"`
 	CommandLineArgs []string `json:"args"`

@@ -58,4 +58,23 @@
 // others, so no event waits for a dead process's lease. Run as many relays
 // as you need: leases and FOR UPDATE SKIP LOCKED keep them apart without
 // coordination. docs/OPERATIONS.md covers tuning, alerting and the rest.
+//
+// # Inboxes
+//
+// A consumer's inbox (postgres.Inbox) is an outbox table of its own,
+// "<consumer>_inbox" by default, so every command works on it with
+// --table (or OUTBOX_TABLE):
+//
+//	outboxctl migrate --table billing_inbox
+//	outboxctl status --table billing_inbox --max-age 5m
+//	outboxctl dlq list --table billing_inbox
+//	outboxctl dlq replay --table billing_inbox --id 0190...
+//	outboxctl prune --table billing_inbox --older-than 7d --processed
+//
+// Its dead letters are events the handler failed on; a replay hands them
+// to the inbox's workers again. Replaying a published inbox event runs it
+// through the workers' Deduper, which drops it as already applied unless
+// its processed record (billing_inbox_processed, which prune --processed
+// prunes) is gone. The inbox's workers run in the consumer's own process
+// (Inbox.Run), not under outboxctl relay.
 package main

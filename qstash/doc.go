@@ -168,6 +168,42 @@
 // error details go to the Logger, not to the response, because QStash keeps
 // failed responses in its DLQ.
 //
+// # An inbox for slow handlers
+//
+// A Receiver answers only once the effect committed, so a handler slower
+// than QStash's delivery timeout (Upstash-Timeout, or the plan's limit)
+// never gets its 200: QStash retries a delivery whose effect may well have
+// committed, and finally dead-letters it. Give such a consumer an inbox
+// (postgres.Inbox) and serve it with NewInboxReceiver: the receiver still
+// verifies the signature, the replay guard and the body, then writes the
+// event into the consumer's inbox table (one INSERT ... ON CONFLICT DO
+// NOTHING, deduplicated by event ID) and answers 200 as soon as that row
+// is committed, within milliseconds. The inbox's workers, relays over the
+// inbox table whose publisher is the handler (core.HandlerPublisher), apply
+// it later through a Deduper, with leases, retries with backoff, dead
+// letters, per-aggregate order, the relay's hooks and metrics, and
+// outboxctl's status, dlq, replay and prune on --table <consumer>_inbox.
+//
+//	inbox, _ := postgres.NewInbox(pool, &postgres.InboxConfig{
+//		Consumer: "billing",
+//		Store:    postgres.Config{Ordering: true},
+//		Handler:  postgres.Effect(applyInvoice),
+//	})
+//	rc, _ := qstash.NewInboxReceiver(inbox, &qstash.ReceiverConfig{CurrentSigningKey: cur, NextSigningKey: next, URL: url})
+//	go inbox.Run(ctx)
+//
+// The status table above then describes the inbox write: 200 "applied"
+// means accepted into the inbox, 200 "duplicate" already there, 489 an
+// event the inbox cannot store, 500 a database failure. The handler's
+// failures are the workers' to retry and dead-letter, in the inbox table,
+// not in QStash's DLQ. The inbox keeps the event as delivered, trace
+// context included, so a worker's tracing.HandlerMiddleware continues the
+// producer's trace. The promise does not change: at least once into the
+// inbox, at least once from it to the handler, and the effect exactly once
+// through the Deduper (see postgres.Inbox, which also says what per-aggregate
+// order holds). Any other transport adapter that takes a core.Handler can
+// write into the inbox through its Handle method.
+//
 // # Testing
 //
 // Package qstashdev is an in-memory QStash for tests and local development:

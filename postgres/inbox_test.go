@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -399,5 +400,54 @@ func TestInboxConfigIsValidated(t *testing.T) {
 	in, err = postgres.NewInbox(pool, &postgres.InboxConfig{Consumer: "billing"})
 	if err != nil || in.Table() != "billing_inbox" || in.Consumer() != "billing" {
 		t.Fatalf("default table: %v, %v", in, err)
+	}
+}
+
+// TestInboxSequencerClosesGaps: events 2 and 3 of an aggregate arrive
+// before 1. The ordered claim alone would apply 2 (nothing lower is
+// pending); with a Sequencer as the workers' Deduper, 2 is retried as a
+// gap until 1 arrives, and the effects land in order 1, 2, 3, once each.
+func TestInboxSequencerClosesGaps(t *testing.T) {
+	t.Parallel()
+	db := newInboxDB(t)
+	seq, err := postgres.NewSequencer(db.pool, &postgres.SequencerConfig{Schema: db.schema, Table: "billing_inbox", GapRetryAfter: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newInbox(t, db, postgres.InboxConfig{
+		Store:   postgres.Config{Ordering: true},
+		Handler: recordEffect(db),
+		Deduper: seq,
+		Relay:   core.RelayConfig{Retry: core.RetryPolicy{MaxAttempts: 1000, InitialBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}},
+	})
+	ctx := ctxT(t)
+	e1, e2, e3 := sequenced(t, "inv-1", 1), sequenced(t, "inv-1", 2), sequenced(t, "inv-1", 3)
+	if _, err := in.Accept(ctx, db.pool, e3, e2); err != nil {
+		t.Fatal(err)
+	}
+	runInboxWorkers(t, in)
+	waitFor(t, 30*time.Second, "event 2 retried as a gap", func() bool {
+		rec, err := in.Store().Get(ctx, e2.ID)
+		return err == nil && rec.Attempts >= 2 && strings.Contains(rec.LastError, "sequence gap")
+	})
+	if n := db.count(t, `SELECT count(*) FROM `+db.effects()); n != 0 {
+		t.Fatalf("%d effects applied before the aggregate's first event arrived", n)
+	}
+	if _, err := in.Accept(ctx, db.pool, e1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "all three applied", func() bool {
+		return db.count(t, `SELECT count(*) FROM `+db.inbox()+` WHERE published_at IS NULL`) == 0
+	})
+	rows, err := db.pool.Query(ctx, `SELECT sequence FROM `+db.effects()+` ORDER BY n`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	order, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(order) != "[1 2 3]" {
+		t.Fatalf("effects applied in order %v, want [1 2 3]", order)
 	}
 }

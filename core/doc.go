@@ -30,6 +30,7 @@
 //     not the event, was refused: such events are deferred with their
 //     attempts untouched, so a bad deploy never dead-letters the outbox.
 //   - Deduper: Once per (consumer, event ID), atomically with the effect.
+//     Optional: SequencedDeduper (OnceInOrder per consumer and aggregate).
 //   - Clock: Now and timers, so tests drive time with coretest.FakeClock.
 //
 // Package coretest holds conformance suites for each contract: a custom
@@ -79,6 +80,31 @@
 // (DeadLetterUnknownTypes) or never (RetryUnknownTypesForever):
 //
 //	mux := core.NewMux(core.RetryUnknownTypesFor(6 * time.Hour))
+//
+// Typed handlers decode the payload as JSON into a Go type; a payload that
+// does not decode is a Permanent error naming the event, since redelivering
+// the same bytes cannot help (TypedStrict also refuses unknown fields):
+//
+//	mux.Register("order.paid", core.Typed(func(ctx context.Context, e core.Event, p OrderPaid) error {
+//		return markPaid(ctx, p.OrderID)
+//	}))
+//
+// # Consumer-side order
+//
+// A Deduper that also implements SequencedDeduper (postgres.Sequencer)
+// applies each aggregate's events in order, per consumer. ApplyOnce, and so
+// Idempotent and qstash.Receiver, uses its OnceInOrder for every event with
+// an AggregateID and a positive Sequence (IsSequenced), and Once for the
+// others. An event whose sequence was applied already is stale: it is
+// acknowledged without effect, like a duplicate. An event ahead of its
+// predecessor fails with an error matching ErrSequenceGap (a
+// *SequenceGapError naming the consumer, the aggregate, the sequence
+// expected and the one received, and since when it waits), marked with
+// RetryAfter (DefaultGapRetryAfter, 1 s) so the transport redelivers it
+// shortly: qstash.Receiver answers 503 with Retry-After, a Watermill
+// subscriber Nacks. What a sequencer does with a gap that lasts is its
+// policy; postgres.SequencerConfig documents the choices. Wrappers such as
+// tracing.Deduper keep the interface, so ordering survives them.
 //
 // # Wire format
 //

@@ -1,7 +1,7 @@
 // Package postgres is outboxkit's PostgreSQL store, on pgx v5: the outbox
 // table and its migrations, the writer's Add, the relay's side of core.Store
 // (with wake-ups from the WAL or LISTEN/NOTIFY, stats, replay and
-// retention), and a core.Deduper for consumers.
+// retention), and a core.Deduper and a Sequencer for consumers.
 //
 // # Setup
 //
@@ -183,6 +183,50 @@
 //		_, err := tx.Exec(ctx, "INSERT INTO ledger ...")
 //		return err
 //	}), core.Idempotent(deduper, "billing"))
+//
+// A consumer that already holds a transaction joins it with
+// Deduper.OnceTx(ctx, tx, key, effect): the record and the effect go in a
+// savepoint of tx, so a duplicate or a failed effect leaves tx usable, and
+// nothing is durable until the caller commits tx.
+//
+// # Consumer-side order
+//
+// Sequencer is a Deduper that also applies each aggregate's events in
+// order, per consumer (core.SequencedDeduper): pass it wherever a Deduper
+// goes (qstash.ReceiverConfig.Deduper, core.Idempotent) and core.ApplyOnce
+// orders every event with an aggregate ID and a sequence (written with
+// Config.Ordering). Per (consumer, aggregate) it keeps the last applied
+// sequence L in <table>_sequences, advanced in the effect's transaction:
+//
+//   - sequence <= L: stale or repeated, acknowledged without effect (false,
+//     nil; logged at debug level, counted in Stats);
+//   - sequence L+1: applied, L moves to it in the same commit;
+//   - beyond L+1: a gap, answered with an error matching
+//     core.ErrSequenceGap, with a RetryAfter hint (GapRetryAfter, 1 s), so
+//     qstash.Receiver answers 503 with Retry-After and the transport
+//     redelivers it.
+//
+// The first sighting of a gap is recorded in <table>_sequence_gaps, outside
+// the rolled-back transaction, and deleted when the gap closes. After
+// GapAlertAfter (1 min) the Sequencer warns once per gap. The GapPolicy
+// decides what happens after GapTimeout (10 min): GapWait (the default)
+// keeps waiting, bounded by the transport's retries; GapPark records the
+// event in <table>_sequence_parked and answers Permanent, so the transport
+// dead-letters it where operators see it; GapApplyAnyway applies it and
+// the skipped predecessors become stale.
+//
+// An aggregate the consumer has never seen waits for sequence 1, which is
+// safe but blocks consumers deployed after their producers' first events
+// (or after those events were pruned) for good; StartAtFirstSeen starts
+// such an aggregate at the first sequence delivered instead.
+//
+//	seq, err := postgres.NewSequencer(pool, &postgres.SequencerConfig{GapPolicy: postgres.GapPark})
+//	rc, err := qstash.NewReceiver(&qstash.ReceiverConfig{Deduper: seq, Consumer: "billing", ...})
+//
+// Deliveries of one aggregate serialise on its row; the next event in
+// order costs what Deduper.Once costs (BEGIN, one statement, the effect,
+// COMMIT), and sequenced events write no processed row. OnceInOrderTx joins
+// a caller's transaction in a savepoint, as OnceTx does.
 //
 // # Tuning
 //

@@ -43,12 +43,13 @@ import (
 // retrying the predecessor, QStash without flow control) is not held back
 // for a predecessor the inbox has not seen. To apply an aggregate's events
 // strictly in order whatever the transport does, make Deduper a
-// core.SequencedDeduper (a Sequencer on the inbox table): it retries an event whose predecessor has not been
-// applied (core.ErrSequenceGap, with a RetryAfter hint the relay honours)
-// and acknowledges stale ones without effect; the predecessor, once
-// accepted, is claimable at once because nothing lower is pending. A gap
-// retried past Relay.Retry.MaxAttempts is dead-lettered, for an operator
-// to replay.
+// core.SequencedDeduper (a Sequencer on the inbox table): it retries an
+// event whose predecessor has not been applied (core.ErrSequenceGap, with
+// a RetryAfter hint the relay honours) and acknowledges stale ones without
+// effect; the predecessor, once accepted, is claimable at once because
+// nothing lower is pending. A gap retried past Relay.Retry.MaxAttempts is
+// dead-lettered, for an operator to replay; set MaxAttempts (and the
+// Sequencer's gap policy) for how long a predecessor may take.
 //
 // # Wiring
 //

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,6 +173,135 @@ func TestSmokeRiver(t *testing.T) {
 	}
 }
 
+// TestSmokeIdle runs the idle workload for a second per variant and checks
+// that each relay held the wake-up connection its mode opens (the WAL
+// stream with the defaults, on a server with wal_level = logical, as CI's
+// is) and that the report holds its figures and its target.
+func TestSmokeIdle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs PostgreSQL")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep := runJSON(ctx, t, "-workloads", "idle", "-idle-duration", "1s", "-reps", "1")
+	o, err := parseOptions([]string{"-idle-duration", "1s"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cas := (&bench{o: o}).idleCase()
+	for _, v := range idleVariants {
+		for _, m := range []string{"PG CPU % of one core", "bench process CPU % of one core", "pool acquires/s", "server WAL MiB/s (all writers)"} {
+			if s := rep.find("idle", cas, v.sys, m); s == nil || len(s.Values) != 1 || !(s.Median >= 0) || math.IsInf(s.Median, 0) {
+				t.Errorf("idle %s %s: series %+v, want one value ≥ 0", v.sys, m, s)
+			}
+		}
+	}
+	walLevel := showSetting(ctx, t, o.dsn, "wal_level")
+	want := map[string]string{sysDefaults: "wake-up " + wakeupWAL + " at the start", sysIdleListen: "wake-up " + wakeupListen + " at the start", sysIdlePoll: "wake-up " + wakeupNone + " at the start"}
+	if walLevel != "logical" {
+		want[sysDefaults] = "wake-up " + wakeupListen + " at the start"
+	}
+	checks := 0
+	for _, c := range rep.Checks {
+		if c.Workload != "idle" {
+			continue
+		}
+		checks++
+		if !c.OK || !strings.Contains(c.Detail, want[c.System]) {
+			t.Errorf("idle check %s: ok=%v %q, want ok and %q", c.System, c.OK, c.Detail, want[c.System])
+		}
+	}
+	if checks != len(idleVariants) {
+		t.Errorf("%d idle checks, want %d", checks, len(idleVariants))
+	}
+	if tg := findTarget(rep, "idle relay (defaults) ≤ 1 % of one core of PostgreSQL"); tg == nil || !tg.Found || tg.Unit != "%" {
+		t.Errorf("idle target: %+v, want it measured", tg)
+	}
+}
+
+// TestSmokeGrowth runs the growth workload at tiny sizes and checks its
+// series, ratios and targets.
+func TestSmokeGrowth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs PostgreSQL")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep := runJSON(ctx, t, "-workloads", "growth", "-events", "2000", "-growth-events", "5000", "-growth-retained", "10000", "-batches", "100", "-reps", "1")
+	for _, cas := range []string{"batch=100 backlog=2,000", "batch=100 backlog=5,000", "batch=100 backlog=2,000 retained=10,000"} {
+		for _, m := range []string{"events/s", "claim index pages/event"} {
+			if s := rep.find("growth", cas, sysOutboxkit, m); s == nil || len(s.Values) != 1 || !(s.Median > 0) {
+				t.Errorf("growth %s %s: series %+v, want one positive value", cas, m, s)
+			}
+		}
+		if s := rep.find("growth", cas, sysOutboxkit, "PG CPU µs/event"); s == nil || !(s.Median >= 0) {
+			t.Errorf("growth %s: PG CPU series %+v", cas, s)
+		}
+	}
+	for _, q := range [][2]string{{"batch=100 backlog=5,000", "5,000 / 2,000 backlog"}, {"batch=100 backlog=2,000 retained=10,000", "with 10,000 retained / without"}} {
+		if r := rep.findRatio("growth", q[0], q[1]); r == nil || !(r.Median > 0) {
+			t.Errorf("growth ratio %q: %+v", q[1], r)
+		}
+	}
+	for _, name := range []string{"growth batch 100: 5,000 backlog ≥ 0.9 × the 2,000 backlog's rate", "growth batch 100: 10,000 published rows kept ≥ 0.95 × the rate without"} {
+		if tg := findTarget(rep, name); tg == nil || !tg.Found || !(tg.Value > 0) {
+			t.Errorf("target %q: %+v, want it measured", name, tg)
+		}
+	}
+	checks := 0
+	for _, c := range rep.Checks {
+		if c.Workload == "growth" {
+			checks++
+			if !c.OK || !strings.Contains(c.Detail, "0 rows still pending") {
+				t.Errorf("growth check %s: %+v", c.Case, c)
+			}
+		}
+	}
+	if checks != 3 {
+		t.Errorf("%d growth checks, want 3", checks)
+	}
+}
+
+// runJSON runs the harness with args and -json, and returns the report.
+func runJSON(ctx context.Context, t *testing.T, args ...string) *Report {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(ctx, append(args, "-json"), nil, &stdout, &stderr); code != 0 {
+		t.Fatalf("run %q exited %d:\n%s", args, code, stderr.String())
+	}
+	var rep Report
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("JSON output: %v\n%s", err, stdout.String())
+	}
+	return &rep
+}
+
+func findTarget(r *Report, name string) *Target {
+	for i := range r.Targets {
+		if r.Targets[i].Name == name {
+			return &r.Targets[i]
+		}
+	}
+	return nil
+}
+
+// showSetting reads one server setting.
+func showSetting(ctx context.Context, t *testing.T, dsn, name string) string {
+	t.Helper()
+	pool, err := newPool(ctx, dsn, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	var v string
+	if err := pool.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // writeRecords writes one relay process's publish records.
 func writeRecords(t *testing.T, dir string, proc int, recs ...[2]core.ID) {
 	t.Helper()
@@ -280,7 +410,9 @@ func TestParseOptions(t *testing.T) {
 		t.Errorf("parsed %+v", o)
 	}
 	for _, bad := range [][]string{{"-workloads", "soak"}, {"-batches", "0"}, {"-reps", "0"}, {"extra"},
-		{"-river-workers", "0"}, {"-river-cooldown", "0s"}, {"-river-cooldown", "20ms", "-river-poll", "10ms"}} {
+		{"-river-workers", "0"}, {"-river-cooldown", "0s"}, {"-river-cooldown", "20ms", "-river-poll", "10ms"},
+		{"-idle-duration", "500ms"}, {"-growth-retained", "0"}, {"-growth-events", "-1"},
+		{"-workloads", "growth", "-events", "5000", "-growth-events", "5000"}} {
 		if _, err := parseOptions(bad, &stderr); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

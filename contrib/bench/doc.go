@@ -29,8 +29,18 @@
 // baseline of the targets), outboxkit's Add with its defaults and River's
 // InsertTx, the libraries with their consumers running (write_insert.go).
 //
-// Workloads (-workloads, comma-separated): drain, latency, write, qstash,
-// scaleout. Each trial creates its own schema (bench_<random>) and drops it
+// The idle workload (idle.go) measures what a relay with nothing to relay
+// costs PostgreSQL: outboxkit's defaults (the WAL stream where wal_level is
+// logical), WakeupListen and WakeupPoll, each on an empty outbox, the CPU
+// time of every backend the relay opened (pool and wake-up connection,
+// found by application_name) over -idle-duration, as a percentage of one
+// core. The growth workload (growth.go) drains a backlog of -events beside
+// one of -growth-events and one of -events beside -growth-retained
+// published rows kept unvacuumed, and records events/s, PostgreSQL CPU per
+// event and the claim indexes' pages read per event.
+//
+// Workloads (-workloads, comma-separated): drain, latency, write, idle,
+// growth, qstash, scaleout. Each trial creates its own schema (bench_<random>) and drops it
 // afterwards; nothing else in the database is touched, except that every
 // measurement starts after a CHECKPOINT (the write workload's before each
 // run, the others' after the preload), so none starts with dirty pages an

@@ -47,10 +47,17 @@ type env struct {
 
 	// Counted from the workers' stdout.
 	publishCrashes, commitCrashes, hijacks, settleFailed, leaseLost atomic.Int64
+	// Counted from the -ordered consumer's stdout.
+	seqGaps, seqStale, seqAlerts, seqParked, seqOverGap, failBefore, orderViolations atomic.Int64
 }
 
 type envConfig struct {
+	// ordering is the test's own store's Ordering (its writes assign
+	// sequences); each relay has its own -ordering flag.
 	ordering bool
+	// backoffScale is qstashdev's BackoffScale, which also shortens a
+	// consumer's Retry-After hint (whole seconds). Defaults to 1.
+	backoffScale float64
 }
 
 func newEnv(t *testing.T, cfg envConfig) *env {
@@ -86,6 +93,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		DeduplicationWindow: time.Millisecond,
 		Timeout:             20 * time.Second,
 		MaxDLQ:              100000,
+		BackoffScale:        cfg.backoffScale,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +164,22 @@ func (e *env) startConsumer(extra ...string) *proc {
 				e.commitCrashes.Add(1)
 			case "hijack":
 				e.hijacks.Add(1)
+			case "sequence-gap":
+				e.seqGaps.Add(1)
+			case "sequence-gap-alert":
+				e.seqGaps.Add(1)
+				e.seqAlerts.Add(1)
+			case "sequence-parked":
+				e.seqGaps.Add(1)
+				e.seqParked.Add(1)
+			case "sequence-stale":
+				e.seqStale.Add(1)
+			case "sequence-applied-over-gap":
+				e.seqOverGap.Add(1)
+			case "fail-before":
+				e.failBefore.Add(1)
+			case "order-violation":
+				e.orderViolations.Add(1)
 			}
 		},
 	})

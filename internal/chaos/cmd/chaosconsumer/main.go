@@ -22,6 +22,25 @@
 //
 // It prints "crash-after-commit" or "hijack" on stdout before each. SIGTERM
 // stops it gracefully.
+//
+// With -ordered it is the consumer of the ordered suite instead: its
+// Deduper is a postgres.Sequencer, and the handler of "order.step" records
+// each event in
+//
+//	ordered_effects(serial bigserial, aggregate_id text, sequence bigint, event_id uuid)
+//
+// in the effect's transaction, after checking there that the aggregate's
+// previous sequence is already recorded (it prints "order-violation" and
+// fails the delivery otherwise: the suite expects none). It prints one line
+// per sequencer decision other than applied ("sequence-gap",
+// "sequence-stale", "sequence-gap-alert", "sequence-parked",
+// "sequence-applied-over-gap") for the suite to count, and
+//
+//	-fail-every n    answers 503 without reading the delivery, for about one
+//	                 request in n, so QStash delivers it again later and its
+//	                 successors overtake it
+//
+// prints "fail-before" for each.
 package main
 
 import (
@@ -31,13 +50,16 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/internal/chaos/cmd/internal/worker"
@@ -50,6 +72,13 @@ type options struct {
 	url, consumer           string
 	currentKey, nextKey     string
 	crashEvery, hijackEvery uint64
+
+	ordered       bool
+	gapPolicy     string
+	gapTimeout    time.Duration
+	gapRetryAfter time.Duration
+	gapAlertAfter time.Duration
+	failEvery     uint64
 }
 
 func main() {
@@ -61,6 +90,12 @@ func main() {
 	flag.StringVar(&o.nextKey, "next-key", "", "QStash next signing key (required)")
 	flag.Uint64Var(&o.crashEvery, "crash-every", 0, "SIGKILL after commit for about 1 applied event in n (0: never)")
 	flag.Uint64Var(&o.hijackEvery, "hijack-every", 0, "drop the connection after commit for about 1 applied event in n (0: never)")
+	flag.BoolVar(&o.ordered, "ordered", false, "the ordered suite's consumer: a postgres.Sequencer and the ordered_effects table")
+	flag.StringVar(&o.gapPolicy, "gap-policy", "wait", "with -ordered: the Sequencer's gap policy (wait, park or apply-anyway)")
+	flag.DurationVar(&o.gapTimeout, "gap-timeout", 0, "with -ordered: the Sequencer's GapTimeout (0: its default)")
+	flag.DurationVar(&o.gapRetryAfter, "gap-retry-after", 0, "with -ordered: the Sequencer's GapRetryAfter (0: its default)")
+	flag.DurationVar(&o.gapAlertAfter, "gap-alert-after", 0, "with -ordered: the Sequencer's GapAlertAfter (0: its default)")
+	flag.Uint64Var(&o.failEvery, "fail-every", 0, "answer 503 before reading the delivery for about 1 request in n (0: never)")
 	worker.Main("chaosconsumer", func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -79,8 +114,12 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer pool.Close()
-	dedup, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: o.db.Schema})
-	if err != nil {
+	var dedup core.Deduper
+	if o.ordered {
+		if dedup, err = sequencer(pool, o); err != nil {
+			return err
+		}
+	} else if dedup, err = postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: o.db.Schema}); err != nil {
 		return err
 	}
 	effects := pgx.Identifier{o.db.Schema, "effects"}.Sanitize()
@@ -95,6 +134,9 @@ func run(ctx context.Context, o options) error {
 			ON CONFLICT (event_id) DO UPDATE SET applied = f.applied + 1`, e.ID.String())
 		return err
 	}))
+	if o.ordered {
+		mux.Register("order.step", postgres.Effect(orderedEffect(o.db.Schema)))
+	}
 	mux.RegisterFunc("chaos.panic", func(context.Context, core.Event) error {
 		panic("chaos: this handler always panics")
 	})
@@ -129,6 +171,11 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if o.failEvery > 0 && rand.Uint64N(o.failEvery) == 0 {
+			fmt.Fprintln(os.Stdout, "fail-before")
+			http.Error(w, `{"error":"chaos: unavailable"}`, http.StatusServiceUnavailable)
+			return
+		}
 		hijack := new(bool)
 		r = r.WithContext(context.WithValue(r.Context(), hijackKey{}, hijack))
 		rc.ServeHTTP(&hijackingWriter{ResponseWriter: w, hijack: hijack}, r)
@@ -144,6 +191,50 @@ func run(ctx context.Context, o options) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// sequencer is the -ordered consumer's Deduper. Its decisions other than
+// applied are printed for the suite to count.
+func sequencer(pool *pgxpool.Pool, o options) (*postgres.Sequencer, error) {
+	policies := map[string]postgres.GapPolicy{"wait": postgres.GapWait, "park": postgres.GapPark, "apply-anyway": postgres.GapApplyAnyway}
+	policy, ok := policies[o.gapPolicy]
+	if !ok {
+		return nil, fmt.Errorf("-gap-policy %q: use wait, park or apply-anyway", o.gapPolicy)
+	}
+	return postgres.NewSequencer(pool, &postgres.SequencerConfig{
+		Schema: o.db.Schema, GapPolicy: policy, GapTimeout: o.gapTimeout,
+		GapRetryAfter: o.gapRetryAfter, GapAlertAfter: o.gapAlertAfter,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		OnDecision: func(_ context.Context, d core.SequenceDecision) {
+			if d.Outcome != core.SequenceApplied {
+				fmt.Fprintln(os.Stdout, "sequence-"+strings.ReplaceAll(d.Outcome.String(), "_", "-"))
+			}
+		},
+	})
+}
+
+// orderedEffect records an "order.step" event in ordered_effects, in the
+// effect's transaction, once its predecessor is recorded there: the
+// Sequencer's promise seen from the effect itself.
+func orderedEffect(schema string) func(ctx context.Context, tx pgx.Tx, e core.Event) error {
+	effects := pgx.Identifier{schema, "ordered_effects"}.Sanitize()
+	return func(ctx context.Context, tx pgx.Tx, e core.Event) error {
+		if e.Sequence > 1 {
+			var prev bool
+			err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+effects+` WHERE aggregate_id = $1 AND sequence = $2)`,
+				e.AggregateID, e.Sequence-1).Scan(&prev)
+			if err != nil {
+				return err
+			}
+			if !prev {
+				fmt.Fprintln(os.Stdout, "order-violation")
+				return fmt.Errorf("chaos: event %s is sequence %d of %s, but sequence %d has no effect yet", e.ID, e.Sequence, e.AggregateID, e.Sequence-1)
+			}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+effects+` (aggregate_id, sequence, event_id) VALUES ($1, $2, $3)`,
+			e.AggregateID, e.Sequence, e.ID.String())
+		return err
+	}
 }
 
 type hijackKey struct{}

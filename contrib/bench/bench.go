@@ -87,6 +87,7 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 		LatencySeconds: o.latencyFor.Seconds(), WriteSeconds: o.writeFor.Seconds(), Writers: o.writers,
 		Procs: o.procs, ProcsBatch: o.procBatch, QStashBatch: o.qsBatch, QStashConc: o.qsConc,
 		IdleSeconds: o.idleFor.Seconds(), GrowthEvents: o.growthEvents, GrowthRetained: o.growthRetained,
+		ConsumerRates: o.consumerRates, ConsumerSeconds: o.consumerFor.Seconds(), ConsumerSenders: o.consumerSenders, ConsumerClosed: o.consumerClosed,
 		PreloadMethod:   fmt.Sprintf("preloads by COPY in transactions of %d rows, then VACUUM ANALYZE and CHECKPOINT", preloadChunk),
 		CommandLineArgs: os.Args[1:],
 	}}}
@@ -103,7 +104,7 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 	}
 	steps := map[string]func(context.Context) error{
 		"drain": b.runDrain, "latency": b.runLatency, "write": b.runWrite, "idle": b.runIdle, "growth": b.runGrowth,
-		"qstash": b.runQStash, "scaleout": b.runScaleOut,
+		"qstash": b.runQStash, "scaleout": b.runScaleOut, "consumer": b.runConsumer,
 	}
 	for _, w := range allWorkloads {
 		if !o.has(w) {
@@ -440,6 +441,7 @@ func (b *bench) finish() {
 	vsHand("River defaults, insert-only client", caseInsertBare, sysRiverDefaults)
 	r.ratioOf("write", "hand-written outbox INSERT / INSERT alone", "tx/s", caseInsertEvent, sysHand, caseInsertAlone, sysPgx)
 	b.growthRatios()
+	b.consumerRatios()
 	scaleSys := b.scaleSys()
 	for _, p := range b.o.procs {
 		if p != 1 {
@@ -510,6 +512,7 @@ func (b *bench) finish() {
 		ratioTarget(fmt.Sprintf("growth batch %d: %s published rows kept ≥ 0.95 × the rate without", batch, groupThousands(strconv.Itoa(b.o.growthRetained))),
 			"growth", cases[2].name, b.growthRetainedRatio(), ">=", 0.95)
 	}
+	seriesTarget("inbox receiver p99 ≤ 20 ms @1,000 deliveries/s", "consumer", consumerRateCase(1000), sysInboxReceiver, "p99 ms", "<=", 20, "ms")
 	seriesTarget("qstashdev drain (delivered) ≥ 20,000 events/s", "qstash", fmt.Sprintf("batch=%d concurrency=%d", b.o.qsBatch, b.o.qsConc), sysOutboxkit, "delivered events/s", ">=", 20000, "events/s")
 	seriesTarget("relay peak RSS draining ≤ 64 MiB", "scaleout", "procs=1", scaleSys, "peak RSS MiB", "<=", 64, "MiB")
 	ratioTarget("4 relays ≥ 1 relay's throughput", "scaleout", "procs=4", "4 procs / 1 proc", ">=", 1)

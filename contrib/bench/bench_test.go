@@ -264,6 +264,84 @@ func TestSmokeGrowth(t *testing.T) {
 	}
 }
 
+// TestSmokeConsumer runs the consumer workload at a tiny size (200
+// deliveries at 1,000/s, so the inbox's target is measured, and 200 closed
+// loop) and checks its series, ratios, target and checks: every event
+// applied once, every answer 200, the sequencer's effects in order, the
+// inbox emptied.
+func TestSmokeConsumer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs PostgreSQL and three receivers")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep := runJSON(ctx, t, "-workloads", "consumer", "-consumer-rates", "1000", "-consumer-duration", "200ms",
+		"-consumer-senders", "4", "-consumer-closed", "4", "-reps", "1")
+	paced, closed := consumerRateCase(1000), "closed loop, 4 senders"
+	for _, sy := range consumerSystems {
+		for _, c := range []struct{ cas, metric string }{{paced, "p50 ms"}, {paced, "p99 ms"}, {paced, "max ms"}, {paced, "sent/s"},
+			{closed, "p50 ms"}, {closed, "deliveries/s"}} {
+			if s := rep.find("consumer", c.cas, sy.sys, c.metric); s == nil || len(s.Values) != 1 || !(s.Median > 0) {
+				t.Errorf("consumer %s %s %s: series %+v, want one positive value", c.cas, sy.sys, c.metric, s)
+			}
+		}
+		for _, cas := range []string{paced, closed} {
+			metrics := []string{mRecvCPU, mAllCPU, mGoCPU}
+			if sy.kind == consumerInbox {
+				metrics = append(metrics, mWorkCPU, "applied/s")
+			}
+			for _, m := range metrics {
+				if s := rep.find("consumer", cas, sy.sys, m); s == nil || !(s.Median >= 0) || math.IsInf(s.Median, 0) {
+					t.Errorf("consumer %s %s %s: series %+v, want a value ≥ 0", cas, sy.sys, m, s)
+				}
+			}
+		}
+		if s := rep.find("consumer", paced, sy.sys, "p99 ms"); s != nil {
+			if p50 := rep.find("consumer", paced, sy.sys, "p50 ms"); p50 == nil || s.Median < p50.Median {
+				t.Errorf("consumer %s: p99 %v below p50 %+v", sy.sys, s.Median, p50)
+			}
+		}
+	}
+	for _, q := range []struct{ cas, name string }{
+		{paced, "sequencer / plain deduper, p50 ms"}, {paced, "sequencer / plain deduper, p99 ms"},
+		{paced, "inbox / plain deduper, p50 ms"}, {paced, "inbox / plain deduper, p99 ms"},
+		{closed, "sequencer / plain deduper, deliveries/s"}, {closed, "inbox / plain deduper, deliveries/s"},
+	} {
+		if r := rep.findRatio("consumer", q.cas, q.name); r == nil || !(r.Median > 0) {
+			t.Errorf("consumer ratio %s %q: %+v", q.cas, q.name, r)
+		}
+	}
+	// CPU ratios exist when the plain receiver's backends used a tick
+	// (10 ms) of CPU, which 200 deliveries may not.
+	for _, cas := range []string{paced, closed} {
+		if s := rep.find("consumer", cas, sysPlainReceiver, mRecvCPU); s != nil && s.Median > 0 {
+			if r := rep.findRatio("consumer", cas, "inbox / plain deduper, "+mRecvCPU); r == nil {
+				t.Errorf("consumer %s: no receiver CPU ratio though the plain receiver's is %v", cas, s.Median)
+			}
+		}
+	}
+	if tg := findTarget(rep, "inbox receiver p99 ≤ 20 ms @1,000 deliveries/s"); tg == nil || !tg.Found || !(tg.Value > 0) || tg.Unit != "ms" {
+		t.Errorf("inbox target: %+v, want it measured", tg)
+	}
+	want := map[string]string{sysPlainReceiver: "", sysSeqReceiver: "; 0 effects out of sequence order", sysInboxReceiver: "; inbox: 204 rows, 0 not applied, 0 dead-lettered"}
+	checks := 0
+	for _, c := range rep.Checks {
+		if c.Workload != "consumer" {
+			continue
+		}
+		checks++
+		n := 204 // 200 measured, 4 warm-up
+		if !c.OK || !strings.HasPrefix(c.Detail, fmt.Sprintf("%d effects rows for %d events, %d of the events among them; 0 answers not 200", n, n, n)) ||
+			!strings.Contains(c.Detail, want[c.System]) {
+			t.Errorf("consumer check %s %s: ok=%v %q", c.Case, c.System, c.OK, c.Detail)
+		}
+	}
+	if checks != 2*len(consumerSystems) {
+		t.Errorf("%d consumer checks, want %d", checks, 2*len(consumerSystems))
+	}
+}
+
 // runJSON runs the harness with args and -json, and returns the report.
 func runJSON(ctx context.Context, t *testing.T, args ...string) *Report {
 	t.Helper()
@@ -412,7 +490,9 @@ func TestParseOptions(t *testing.T) {
 	for _, bad := range [][]string{{"-workloads", "soak"}, {"-batches", "0"}, {"-reps", "0"}, {"extra"},
 		{"-river-workers", "0"}, {"-river-cooldown", "0s"}, {"-river-cooldown", "20ms", "-river-poll", "10ms"},
 		{"-idle-duration", "500ms"}, {"-growth-retained", "0"}, {"-growth-events", "-1"},
-		{"-workloads", "growth", "-events", "5000", "-growth-events", "5000"}} {
+		{"-workloads", "growth", "-events", "5000", "-growth-events", "5000"},
+		{"-consumer-rates", "0"}, {"-consumer-duration", "0s"}, {"-consumer-closed", "0"}, {"-consumer-senders", "0"},
+		{"-consumer-rates", "1", "-consumer-duration", "500ms"}} {
 		if _, err := parseOptions(bad, &stderr); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

@@ -39,8 +39,19 @@
 // published rows kept unvacuumed, and records events/s, PostgreSQL CPU per
 // event and the claim indexes' pages read per event.
 //
-// Workloads (-workloads, comma-separated): drain, latency, write, idle,
-// growth, qstash, scaleout. Each trial creates its own schema (bench_<random>) and drops it
+// The consumer workload (consumer.go) serves a real qstash.Receiver over
+// loopback HTTP three ways: with postgres.Deduper (the plain receiver),
+// with postgres.Sequencer (100 aggregates, each one's deliveries in
+// sequence order) and as an inbox receiver (qstash.NewInboxReceiver over
+// postgres.Inbox, its workers applying the same one-row effect during the
+// run). Signed structured-mode deliveries, signed before the clock starts,
+// are sent paced at -consumer-rates for -consumer-duration and then closed
+// loop by -consumer-closed senders; it records send → response latency,
+// the receiver's (and the inbox workers') PostgreSQL CPU per delivery and
+// the throughput at saturation, beside the plain receiver's.
+//
+// Workloads (-workloads, comma-separated): drain, latency, write,
+// consumer, idle, growth, qstash, scaleout. Each trial creates its own schema (bench_<random>) and drops it
 // afterwards; nothing else in the database is touched, except that every
 // measurement starts after a CHECKPOINT (the write workload's before each
 // run, the others' after the preload), so none starts with dirty pages an

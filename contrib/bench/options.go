@@ -17,7 +17,7 @@ import (
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // allWorkloads in the order a full run executes them.
-var allWorkloads = []string{"drain", "latency", "write", "idle", "growth", "qstash", "scaleout"}
+var allWorkloads = []string{"drain", "latency", "write", "consumer", "idle", "growth", "qstash", "scaleout"}
 
 // options are the harness's flags.
 type options struct {
@@ -42,7 +42,13 @@ type options struct {
 	// the small one (-events) (growth.go).
 	growthEvents   int
 	growthRetained int
-	river          bool
+	// The consumer workload (consumer.go): paced rates, each run's
+	// length, the paced runs' senders and the closed loop's.
+	consumerRates   []int
+	consumerFor     time.Duration
+	consumerSenders int
+	consumerClosed  int
+	river           bool
 	// River tuned for throughput (river.go).
 	riverWorkers  int
 	riverCooldown time.Duration
@@ -71,7 +77,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if dsn == "" {
 		dsn = defaultDSN
 	}
-	var workloads, batches, rates, procs string
+	var workloads, batches, rates, procs, consumerRates string
 	fs.StringVar(&o.dsn, "dsn", dsn, "PostgreSQL connection URL (default $DATABASE_URL, else the local test server)")
 	fs.StringVar(&workloads, "workloads", strings.Join(allWorkloads, ","), "comma-separated subset of "+strings.Join(allWorkloads, ","))
 	fs.IntVar(&o.events, "events", 100_000, "events preloaded for the drain, qstash and scaleout workloads")
@@ -84,6 +90,10 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.idleFor, "idle-duration", 60*time.Second, "how long the idle workload measures each idle relay's CPU")
 	fs.IntVar(&o.growthEvents, "growth-events", 1_000_000, "the growth workload's large backlog, drained beside one of -events")
 	fs.IntVar(&o.growthRetained, "growth-retained", 2_000_000, "published rows the growth workload keeps beside a backlog of -events")
+	fs.StringVar(&consumerRates, "consumer-rates", "1000", "deliveries/s of the consumer workload's paced runs")
+	fs.DurationVar(&o.consumerFor, "consumer-duration", 10*time.Second, "length of each paced consumer run; the closed-loop run sends as many deliveries as the fastest")
+	fs.IntVar(&o.consumerSenders, "consumer-senders", 16, "concurrent senders (keep-alive connections) of the consumer workload's paced runs")
+	fs.IntVar(&o.consumerClosed, "consumer-closed", 8, "concurrent senders of the consumer workload's closed-loop run (throughput at saturation)")
 	fs.StringVar(&procs, "procs", "1,2,4", "relay process counts for the scaleout workload")
 	fs.IntVar(&o.procBatch, "procs-batch", 100, "relay batch size in the scaleout workload")
 	fs.IntVar(&o.procConc, "procs-concurrency", 0, "relay Concurrency of each scaleout process (0: core's default, 2)")
@@ -127,6 +137,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	if o.procs, err = intList("procs", procs); err != nil {
 		return nil, err
 	}
+	if o.consumerRates, err = intList("consumer-rates", consumerRates); err != nil {
+		return nil, err
+	}
 	if *wmRates != "none" && *wmRates != "" {
 		if o.wmRates, err = intList("watermill-rates", *wmRates); err != nil {
 			return nil, err
@@ -151,6 +164,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-idle-duration %v is too short: give at least 1s (backend CPU time is counted in 10 ms ticks)", o.idleFor)
 	case o.growthEvents < 1 || o.growthRetained < 1:
 		return nil, errors.New("-growth-events and -growth-retained must be at least 1")
+	case o.consumerSenders < 1 || o.consumerClosed < 1:
+		return nil, errors.New("-consumer-senders and -consumer-closed must be at least 1")
+	case o.consumerFor <= 0:
+		return nil, errors.New("-consumer-duration must be positive")
+	case o.consumerDeliveries(slices.Min(o.consumerRates)) < 1:
+		return nil, fmt.Errorf("-consumer-duration %v sends no delivery at %d/s: make it longer", o.consumerFor, slices.Min(o.consumerRates))
 	case o.has("growth") && o.growthEvents <= o.events:
 		return nil, fmt.Errorf("-growth-events (%d) must be larger than -events (%d): the growth workload compares the two backlogs", o.growthEvents, o.events)
 	}

@@ -39,6 +39,10 @@ type RunConfig struct {
 	IdleSeconds     float64  `json:"idle_seconds"`
 	GrowthEvents    int      `json:"growth_events"`
 	GrowthRetained  int      `json:"growth_retained"`
+	ConsumerRates   []int    `json:"consumer_rates"`
+	ConsumerSeconds float64  `json:"consumer_seconds"`
+	ConsumerSenders int      `json:"consumer_senders"`
+	ConsumerClosed  int      `json:"consumer_closed"`
 	WallSeconds     float64  `json:"wall_seconds"`
 	PreloadMethod   string   `json:"preload_method"`
 	CommandLineArgs []string `json:"args"`

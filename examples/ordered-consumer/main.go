@@ -240,11 +240,28 @@ func run(ctx context.Context, opts options) (summary, error) {
 }
 
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	if err := dropSchema(ctx, pool, schema); err != nil {
+		return err
+	}
 	s := pgx.Identifier{schema}.Sanitize()
-	// Migrating down first drops the outbox's publication (the relay's WAL
-	// wake-ups): publications belong to the database, so dropping the
-	// schema alone would leave it behind without its table, and the next
-	// Migrate would keep that empty one.
+	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	_, err := pool.Exec(ctx, `
+		CREATE TABLE `+s+`.orders (id bigint PRIMARY KEY, status text NOT NULL);
+		CREATE TABLE `+s+`.tracking (order_id bigint PRIMARY KEY, status text NOT NULL, total_cents bigint NOT NULL, paid_cents bigint, carrier text);
+		CREATE TABLE `+s+`.tracking_log (id bigserial PRIMARY KEY, order_id bigint NOT NULL, sequence bigint NOT NULL, status text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+	if err != nil {
+		return fmt.Errorf("create business tables: %w", err)
+	}
+	return nil
+}
+
+// dropSchema removes what a previous run left. Migrating down first drops
+// the outbox's publication (the relay's WAL wake-ups): publications belong
+// to the database, so dropping the schema alone would leave it behind
+// without its table, and the next Migrate would keep that empty one.
+func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	m, err := postgres.NewMigrator(pool, &postgres.MigrateConfig{Schema: schema})
 	if err != nil {
 		return err
@@ -252,18 +269,8 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if _, err := m.Down(ctx, 0); err != nil {
 		return fmt.Errorf("migrate down the previous run: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+s+" CASCADE"); err != nil {
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 		return fmt.Errorf("reset schema: %w", err)
-	}
-	if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	_, err = pool.Exec(ctx, `
-		CREATE TABLE `+s+`.orders (id bigint PRIMARY KEY, status text NOT NULL);
-		CREATE TABLE `+s+`.tracking (order_id bigint PRIMARY KEY, status text NOT NULL, total_cents bigint NOT NULL, paid_cents bigint, carrier text);
-		CREATE TABLE `+s+`.tracking_log (id bigserial PRIMARY KEY, order_id bigint NOT NULL, sequence bigint NOT NULL, status text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
-	if err != nil {
-		return fmt.Errorf("create business tables: %w", err)
 	}
 	return nil
 }

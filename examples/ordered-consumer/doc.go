@@ -24,12 +24,13 @@
 //   - a stale event (already applied) runs nothing and is answered 200, so
 //     QStash stops delivering it.
 //
-// Faults are injected on purpose: the handler fails the first attempt of
-// every n-th event (500, QStash retries it, and its successors arrive
-// early), the endpoint loses the acknowledgement of some applied events
-// (it answers 500 after the effect committed, so QStash delivers them again
-// and they are stale), and an operator replays some events at the end
-// (stale too).
+// Faults are injected on purpose: the handler fails the first time it
+// runs for every 7th event (500: QStash retries it, and its successors
+// arrive early), the endpoint loses the acknowledgement of every 25th
+// event (it answers 500 after the effect committed, so QStash delivers it
+// again and it is stale), and at the end an operator replays 20 events
+// that were applied long ago (stale too). qstashdev's delays are scaled
+// down a hundredfold, so a retry or a gap's Retry-After takes 10ms.
 //
 // The run ends with a summary and exits non-zero unless every order ended
 // delivered, every event was applied exactly once and in order (checked

@@ -121,7 +121,6 @@ func run(ctx context.Context, opts options) (summary, error) {
 	}
 	defer func() { _ = qs.Close(); stopQS() }()
 
-	// The consumer endpoint: verify, decode, apply in order.
 	// The receiver logs every failed delivery at Warn: here that would be
 	// each injected failure and each gap, hundreds of lines the summary
 	// counts anyway, so only errors are logged unless -v. A service keeps
@@ -130,6 +129,8 @@ func run(ctx context.Context, opts options) (summary, error) {
 	if opts.Verbose {
 		logger = slog.Default()
 	}
+
+	// The consumer endpoint: verify, decode, apply in order.
 	track := newTracking(opts.Schema)
 	f := newFaults(opts.FailEvery, opts.LoseAckEvery)
 	consumerURL, stopConsumer, err := serveLazy(func(url string) (http.Handler, error) {
@@ -184,7 +185,7 @@ func run(ctx context.Context, opts options) (summary, error) {
 	if err := prod.writeAll(ctx, opts.Orders, max(opts.Writers, 1)); err != nil {
 		return sum, err
 	}
-	fmt.Fprintf(out, "wrote %d orders × %d status events\n", opts.Orders, len(statuses))
+	fmt.Fprintf(out, "%7s  wrote %d orders × %d status events\n", since(start), opts.Orders, len(statuses))
 
 	// Wait for every status change to be applied and for QStash to settle
 	// (the redeliveries of lost acknowledgements included).
@@ -194,7 +195,7 @@ func run(ctx context.Context, opts options) (summary, error) {
 	if err := qs.WaitIdle(ctx); err != nil {
 		return sum, fmt.Errorf("waiting for qstashdev to settle: %w", err)
 	}
-	fmt.Fprintf(out, "applied %d status changes\n", seq.Stats().Applied)
+	fmt.Fprintf(out, "%7s  applied %d status changes, QStash idle\n", since(start), seq.Stats().Applied)
 
 	// An operator replays some "paid" events: the relay publishes them
 	// again with their IDs and sequences, and the Sequencer finds them
@@ -210,7 +211,7 @@ func run(ctx context.Context, opts options) (summary, error) {
 			return sum, fmt.Errorf("waiting for %d replayed events: %w", n, err)
 		}
 		sum.Replayed = int(n)
-		fmt.Fprintf(out, "replayed %d paid events: dropped as stale\n", n)
+		fmt.Fprintf(out, "%7s  replayed %d paid events: dropped as stale\n", since(start), n)
 	}
 	if err := waitFor(ctx, func() bool {
 		st, err := store.Stats(ctx)
@@ -238,6 +239,8 @@ func run(ctx context.Context, opts options) (summary, error) {
 	printSummary(out, sum)
 	return sum, nil
 }
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(time.Millisecond) }
 
 func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := dropSchema(ctx, pool, schema); err != nil {

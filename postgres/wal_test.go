@@ -454,6 +454,49 @@ FROM pg_publication_tables WHERE pubname = $1`, name)
 	}
 }
 
+// A schema dropped with CASCADE leaves its publication behind, without
+// the table; migrating a new schema of the same name must point the
+// publication at the new table, or its relays could never stream (they
+// fell back to LISTEN with a warning on every run).
+func TestMigrationTakesOverALeftoverPublication(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, 2)
+	ctx := ctxT(t)
+	schema := pgtest.NewSchemaName("publeft")
+	name := postgres.PublicationNameForTest(schema, postgres.DefaultTable)
+	t.Cleanup(func() {
+		_, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		_, _ = pool.Exec(context.Background(), "DROP PUBLICATION IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	})
+	published := func() []string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT schemaname || '.' || tablename || ' ' || array_to_string(attnames, ',')
+FROM pg_publication_tables WHERE pubname = $1`, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tables
+	}
+	for round := range 2 {
+		if err := postgres.Migrate(ctx, pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := published(), schema+"."+postgres.DefaultTable+" id"; len(got) != 1 || got[0] != want {
+			t.Fatalf("round %d: publication %q publishes %v, want [%s]", round, name, got, want)
+		}
+		if _, err := pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Fatal(err)
+		}
+		if got := published(); len(got) != 0 {
+			t.Fatalf("round %d: after DROP SCHEMA the publication still lists %v", round, got)
+		}
+	}
+}
+
 // A migrating role that owns its schema but may not create publications
 // (no CREATE on the database) migrates all the same, with a warning; its
 // relays fall back.

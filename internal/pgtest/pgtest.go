@@ -69,8 +69,31 @@ func Schema(tb testing.TB, pool *pgxpool.Pool, prefix string) string {
 		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
 			tb.Errorf("pgtest: drop schema %s: %v", name, err)
 		}
+		// Publications belong to the database: migration 7's
+		// ("outboxkit.<schema>.<table>") outlive the schema.
+		if err := dropPublications(context.Background(), pool, "outboxkit."+name+"."); err != nil {
+			tb.Errorf("pgtest: drop the publications of schema %s: %v", name, err)
+		}
 	})
 	return name
+}
+
+// dropPublications drops the publications whose names start with prefix.
+func dropPublications(ctx context.Context, pool *pgxpool.Pool, prefix string) error {
+	rows, err := pool.Query(ctx, "SELECT pubname FROM pg_publication WHERE starts_with(pubname, $1)", prefix)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{n}.Sanitize()); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // NewSchemaName returns "<prefix>_<8 random hex digits>", lower-case.

@@ -27,6 +27,23 @@ BEGIN
         pub := 'outboxkit_' || left(encode(sha256(convert_to(qualified, 'UTF8')), 'hex'), 24);
     END IF;
     IF EXISTS (SELECT FROM pg_publication WHERE pubname = pub) THEN
+        -- A publication of this name that lacks the table was left behind
+        -- by a dropped schema (DROP SCHEMA ... CASCADE removes the table
+        -- from its publications but keeps them): it publishes nothing, so
+        -- point it at the table again rather than keep it.
+        IF NOT EXISTS (SELECT FROM pg_publication p JOIN pg_publication_rel r ON r.prpubid = p.oid
+                       WHERE p.pubname = pub AND r.prrelid = '{{.Outbox}}'::regclass) THEN
+            BEGIN
+                IF current_setting('server_version_num')::int >= 150000 THEN
+                    EXECUTE format('ALTER PUBLICATION %I SET TABLE %s (id)', pub, '{{.Outbox}}');
+                ELSE
+                    EXECUTE format('ALTER PUBLICATION %I SET TABLE %s', pub, '{{.Outbox}}');
+                END IF;
+                EXECUTE format('ALTER PUBLICATION %I SET (publish = %L)', pub, 'insert');
+            EXCEPTION WHEN insufficient_privilege THEN
+                RAISE WARNING 'outboxkit: publication % exists without % and this role may not alter it: run ALTER PUBLICATION % SET TABLE % (id) as its owner; relays wake by LISTEN and polling until then', quote_ident(pub), '{{.Outbox}}', quote_ident(pub), '{{.Outbox}}';
+            END;
+        END IF;
         RETURN;
     END IF;
     IF NOT pg_has_role(owner, 'USAGE') OR NOT has_database_privilege(current_database(), 'CREATE') THEN

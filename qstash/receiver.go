@@ -336,6 +336,12 @@ func (rc *Receiver) logDecision(ctx context.Context, d *Decision, remote string)
 		level, msg = slog.LevelError, "qstash: handler panicked"
 	case d.Outcome == OutcomeUnauthorized || d.Outcome == OutcomeMalformed || d.Outcome == OutcomeTooLarge:
 		level, msg, refused = slog.LevelWarn, "qstash: delivery refused", true
+	case d.Outcome == OutcomeTransient && errors.Is(d.Err, core.ErrSequenceGap):
+		// An early delivery is routine with a SequencedDeduper: it comes
+		// back after its predecessor. The sequencer warns about the gaps
+		// that last (GapAlertAfter), so a line per delivery would only
+		// drown them.
+		level, msg = slog.LevelDebug, "qstash: delivery ahead of its predecessor"
 	case d.Err != nil:
 		level, msg = slog.LevelWarn, "qstash: delivery failed"
 	}

@@ -1,8 +1,12 @@
 package qstash_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -105,4 +109,53 @@ func TestReceiverGapParkedAnswers489(t *testing.T) {
 		t.Fatalf("parked gap answered %d (%q), applied %d; want 489 with Upstash-NonRetryable-Error, nothing applied",
 			w.Code, w.Header().Get("Upstash-NonRetryable-Error"), len(h.Applied()))
 	}
+}
+
+// TestReceiverLogsGapsAtDebug: an early delivery is routine with a
+// sequencer (it comes back after its predecessor), so the receiver logs it
+// at debug, not as a failed delivery at warn; a real failure still warns.
+func TestReceiverLogsGapsAtDebug(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		level   slog.Level
+		wantGap bool
+	}{{slog.LevelWarn, false}, {slog.LevelDebug, true}} {
+		var buf syncBuffer
+		logger := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: tc.level}))
+		failing := core.HandlerFunc(func(context.Context, core.Event) error { return errors.New("ledger unavailable") })
+		rc, _ := newTestReceiver(t, failing, &orderingDeduper{}, func(c *qstash.ReceiverConfig) { c.Logger = logger })
+		e2 := sequenced(t, 2)
+		if w := serve(rc, deliveryRequest(e2, signed(t, currentKey, e2))); w.Code != http.StatusServiceUnavailable {
+			t.Fatalf("gap answered %d, want 503", w.Code)
+		}
+		e1 := sequenced(t, 1)
+		if w := serve(rc, deliveryRequest(e1, signed(t, currentKey, e1))); w.Code != http.StatusInternalServerError {
+			t.Fatalf("failing handler answered %d, want 500", w.Code)
+		}
+		out := buf.String()
+		if got := strings.Contains(out, "delivery ahead of its predecessor"); got != tc.wantGap {
+			t.Errorf("logger at %v: gap logged %v, want %v:\n%s", tc.level, got, tc.wantGap, out)
+		}
+		if strings.Count(out, "qstash: delivery failed") != 1 || !strings.Contains(out, "ledger unavailable") {
+			t.Errorf("logger at %v: want exactly the handler's failure at warn:\n%s", tc.level, out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -39,8 +39,12 @@ type orderedScenario struct {
 	// gapTimeout is the Sequencer's GapTimeout under GapPark: a gap
 	// lasting longer parks its event, which the run then counts as a
 	// failure (nothing is parked on purpose). It is shorter than QStash's
-	// retry horizon, as the Sequencer's documentation asks.
-	gapTimeout   time.Duration
+	// retry horizon (100 retries, one per Retry-After), as the Sequencer's
+	// documentation asks.
+	gapTimeout time.Duration
+	// backoffScale is qstashdev's BackoffScale: at 1, a gap's Retry-After
+	// of 1 s is honoured as QStash would.
+	backoffScale float64
 	drainTimeout time.Duration
 }
 
@@ -52,14 +56,14 @@ var (
 		faultEvery: 900 * time.Millisecond, outage: 1200 * time.Millisecond,
 		schedule: []faultKind{faultKillRelay, faultStorm, faultKillConsumer, faultRefuse, faultKillRelay, faultKillConsumer},
 		selfKill: 0.5, consumerCrashEvery: 300, hijackEvery: 80, failEvery: 15,
-		gapTimeout: 20 * time.Second, drainTimeout: 60 * time.Second,
+		gapTimeout: 60 * time.Second, backoffScale: 1, drainTimeout: 90 * time.Second,
 	}
 	orderedLong = orderedScenario{
-		aggregates: 200, perAggregate: 50, rate: 70, relays: 3, batch: 20,
+		aggregates: 200, perAggregate: 50, rate: 50, relays: 3, batch: 20,
 		faultEvery: 1500 * time.Millisecond, outage: 2500 * time.Millisecond,
 		schedule: []faultKind{faultKillRelay, faultKillRelay, faultStorm, faultKillConsumer, faultRefuse, faultKillConsumer},
 		selfKill: 0.4, consumerCrashEvery: 1500, hijackEvery: 300, failEvery: 15,
-		gapTimeout: 20 * time.Second, drainTimeout: 3 * time.Minute,
+		gapTimeout: 60 * time.Second, backoffScale: 1, drainTimeout: 3 * time.Minute,
 	}
 )
 
@@ -101,9 +105,8 @@ func runOrdered(t *testing.T, sc orderedScenario) {
 
 	start := time.Now()
 	ctx := context.Background()
-	// The test's store writes with Ordering on, so Add assigns sequences;
-	// qstashdev's scale turns the Sequencer's 1 s Retry-After into 250 ms.
-	e := newEnv(t, envConfig{ordering: true, backoffScale: 0.25})
+	// The test's store writes with Ordering on, so Add assigns sequences.
+	e := newEnv(t, envConfig{ordering: true, backoffScale: sc.backoffScale})
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE `+e.table("ordered_effects")+` (
 			serial bigserial PRIMARY KEY, aggregate_id text NOT NULL, sequence bigint NOT NULL, event_id uuid NOT NULL,
 			applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -115,8 +118,8 @@ func runOrdered(t *testing.T, sc orderedScenario) {
 		"-fail-every", strconv.FormatUint(sc.failEvery, 10))
 	for i := range sc.relays {
 		e.startRelay(i, func(n int) []string {
-			// QStash's most retries (qstashdev's bound): at 250 ms a gap,
-			// 25 s of waiting for a predecessor, longer than gapTimeout.
+			// QStash's most retries (qstashdev's bound): more than
+			// gapTimeout's worth of a gap's Retry-After.
 			args := []string{"-batch", strconv.Itoa(sc.batch), "-concurrency", "1", "-qstash-retries", "100",
 				"-ordering=" + strconv.FormatBool(sc.relayOrdering)}
 			if n == 0 || chance(sc.selfKill) {

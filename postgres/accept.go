@@ -2,10 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outboxkit/core"
 )
@@ -57,56 +53,18 @@ func (s *Store) accept(ctx context.Context, db DBTX, oneSQL, manySQL string, eve
 		return 0, err
 	}
 	var (
-		sql  string
+		sql  = manySQL
 		args []any
+		err  error
 	)
 	if len(events) == 1 {
-		e := &events[0]
-		h, err := headersJSON(e)
-		if err != nil {
-			return 0, err
-		}
 		sql = oneSQL
-		args = []any{
-			pgtype.UUID{Bytes: e.ID, Valid: true}, e.Type, int32(max(e.SchemaVersion, 1)), e.Source,
-			e.AggregateType, e.AggregateID, pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0},
-			e.Payload, h, e.Destination, optionalTime(e.CreatedAt),
-		}
+		args, err = eventArgs(&events[0], false)
 	} else {
-		n := len(events)
-		var (
-			ids       = make([]pgtype.UUID, n)
-			types     = make([]string, n)
-			versions  = make([]int32, n)
-			sources   = make([]string, n)
-			aggTypes  = make([]string, n)
-			aggIDs    = make([]string, n)
-			seqs      = make([]pgtype.Int8, n)
-			payloads  = make([]json.RawMessage, n)
-			headers   = make([]json.RawMessage, n)
-			dests     = make([]string, n)
-			createdAt = make([]pgtype.Timestamptz, n)
-		)
-		for i := range events {
-			e := &events[i]
-			h, err := headersJSON(e)
-			if err != nil {
-				return 0, err
-			}
-			ids[i] = pgtype.UUID{Bytes: e.ID, Valid: true}
-			types[i] = e.Type
-			versions[i] = int32(max(e.SchemaVersion, 1))
-			sources[i] = e.Source
-			aggTypes[i] = e.AggregateType
-			aggIDs[i] = e.AggregateID
-			seqs[i] = pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0}
-			payloads[i] = e.Payload
-			headers[i] = h
-			dests[i] = e.Destination
-			createdAt[i] = optionalTime(e.CreatedAt)
-		}
-		sql = manySQL
-		args = []any{ids, types, versions, sources, aggTypes, aggIDs, seqs, payloads, headers, dests, createdAt}
+		args, _, err = eventColumnArgs(events, false)
+	}
+	if err != nil {
+		return 0, err
 	}
 	if s.cfg.Notify == NotifyInTransaction {
 		args = append(args, s.cfg.Channel)
@@ -142,15 +100,4 @@ func uniqueEvents(events []core.Event) []core.Event {
 		seen[events[i].ID] = struct{}{}
 	}
 	return events
-}
-
-func headersJSON(e *core.Event) (json.RawMessage, error) {
-	if len(e.Headers) == 0 {
-		return json.RawMessage(emptyObjectJSON), nil
-	}
-	h, err := json.Marshal(e.Headers)
-	if err != nil { // cannot happen for map[string]string
-		return nil, fmt.Errorf("outboxkit/postgres: encode headers of event %s: %w", e.ID, err)
-	}
-	return h, nil
 }

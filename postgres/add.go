@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
@@ -57,51 +55,14 @@ func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
 		return s.addOne(ctx, tx, &events[0])
 	}
 
-	n := len(events)
-	var (
-		ids        = make([]pgtype.UUID, n)
-		types      = make([]string, n)
-		versions   = make([]int32, n)
-		sources    = make([]string, n)
-		aggTypes   = make([]string, n)
-		aggIDs     = make([]string, n)
-		seqs       = make([]pgtype.Int8, n)
-		payloads   = make([]json.RawMessage, n)
-		headers    = make([]json.RawMessage, n)
-		dests      = make([]string, n)
-		createdAt  = make([]pgtype.Timestamptz, n)
-		availAt    = make([]pgtype.Timestamptz, n)
-		aggregated bool
-	)
-	for i := range events {
-		e := &events[i]
-		ids[i] = pgtype.UUID{Bytes: e.ID, Valid: true}
-		types[i] = e.Type
-		versions[i] = int32(max(e.SchemaVersion, 1))
-		sources[i] = e.Source
-		aggTypes[i] = e.AggregateType
-		aggIDs[i] = e.AggregateID
-		aggregated = aggregated || e.AggregateID != ""
-		seqs[i] = pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0}
-		payloads[i] = e.Payload
-		headers[i] = json.RawMessage(emptyObjectJSON)
-		if len(e.Headers) > 0 {
-			h, err := json.Marshal(e.Headers)
-			if err != nil { // cannot happen for map[string]string
-				return fmt.Errorf("outboxkit/postgres: encode headers of event %s: %w", e.ID, err)
-			}
-			headers[i] = h
-		}
-		dests[i] = e.Destination
-		createdAt[i] = optionalTime(e.CreatedAt)
-		availAt[i] = optionalTime(e.AvailableAt)
+	args, aggregated, err := eventColumnArgs(events, true)
+	if err != nil {
+		return err
 	}
-
 	sql := s.addSQL
 	if s.cfg.Ordering && aggregated {
 		sql = s.addOrderedSQL
 	}
-	args := []any{ids, types, versions, sources, aggTypes, aggIDs, seqs, payloads, headers, dests, createdAt, availAt}
 	if s.cfg.Notify == NotifyInTransaction {
 		args = append(args, s.cfg.Channel)
 	}
@@ -113,22 +74,13 @@ func (s *Store) Add(ctx context.Context, tx DBTX, events ...core.Event) error {
 
 // addOne writes a single validated event with the single-row statements.
 func (s *Store) addOne(ctx context.Context, tx DBTX, e *core.Event) error {
-	headers := json.RawMessage(emptyObjectJSON)
-	if len(e.Headers) > 0 {
-		h, err := json.Marshal(e.Headers)
-		if err != nil { // cannot happen for map[string]string
-			return fmt.Errorf("outboxkit/postgres: encode headers of event %s: %w", e.ID, err)
-		}
-		headers = h
+	args, err := eventArgs(e, true)
+	if err != nil {
+		return err
 	}
 	sql := s.addOneSQL
 	if s.cfg.Ordering && e.AggregateID != "" {
 		sql = s.addOneOrderedSQL
-	}
-	args := []any{
-		pgtype.UUID{Bytes: e.ID, Valid: true}, e.Type, int32(max(e.SchemaVersion, 1)), e.Source,
-		e.AggregateType, e.AggregateID, pgtype.Int8{Int64: e.Sequence, Valid: e.Sequence != 0},
-		e.Payload, headers, e.Destination, optionalTime(e.CreatedAt), optionalTime(e.AvailableAt),
 	}
 	if s.cfg.Notify == NotifyInTransaction {
 		args = append(args, s.cfg.Channel)

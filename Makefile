@@ -43,9 +43,11 @@ examples-smoke:
 	$(GO) run ./examples/jaeger -otlp-endpoint=
 	$(GO) run ./examples/custom-adapter
 
-# The long fault-injection suite (about 4 minutes). It restarts the local
+# The long fault-injection suites (about 8 minutes): TestChaosLong, and
+# TestChaosLongOrdered (consumer-side order, 200 aggregates × 50 events, with
+# the relays' ordering off, then on). TestChaosLong restarts the local
 # PostgreSQL (immediate mode), so run it alone. `make test` runs the short
-# version as part of `unit`.
+# versions as part of `unit`.
 chaos:
 	$(GO) test -race -count=1 -v -timeout 20m -run 'TestChaosLong' ./internal/chaos/ -args -long
 

@@ -25,6 +25,30 @@
 //	go test -race ./internal/chaos/                               # short suite, in make test
 //	go test -race -v -run Long -timeout 20m ./internal/chaos/ -args -long   # make chaos
 //
+// The ordered suite (ordered_test.go: TestChaosOrdered, short, 100
+// aggregates × 10 events; TestChaosLongOrdered, under -long, 200 × 50)
+// proves consumer-side order under the same faults. A producer writes each
+// aggregate's events 1 to 4 per transaction (every 10th rolled back), the
+// store assigning sequences; relays publish them with their own ordering
+// off (an aggregate's events published concurrently, in any order) and,
+// in a second run, on; qstashdev delivers four at a time to the consumer
+// started with -ordered: a qstash.Receiver whose Deduper is a
+// postgres.Sequencer (GapPark after a minute), whose effect records
+// (aggregate, sequence, event ID) in ordered_effects after checking, in the
+// effect's transaction, that the previous sequence is there. Relays and the
+// consumer are SIGKILLed (at random, after a publish, after a commit), the
+// consumer drops connections after committing and answers 503 before
+// reading one delivery in 15, and the transport refuses or answers 503
+// storms. The run counts the adversity from the consumer's reports (gaps:
+// deliveries ahead of their predecessor; stale: repeated ones; 503s) and
+// the kills, and fails unless each happened; then it checks from the
+// database that every aggregate's effects are its sequences 1..N, once
+// each, committed in sequence order, that the Sequencer's last sequence is
+// each aggregate's last, and that nothing is pending, dead-lettered,
+// parked or waiting in an open gap. A self-test breaks the data (an effect
+// missing, one applied twice, two swapped, an event parked, one pending)
+// and expects the check to count each.
+//
 // The package also holds the poison-event tests (dead-lettered after
 // MaxAttempts while healthy events keep flowing; with ordering, only the
 // poison's aggregate waits), end-to-end bad-input tests, and fuzz targets

@@ -95,7 +95,7 @@ func (e *env) checkOrdered(ctx context.Context, committed map[string]int) (order
 	seen := 0
 	for rows.Next() {
 		var (
-			agg           string
+			agg            string
 			n, first, last int64
 		)
 		if err := rows.Scan(&agg, &n, &first, &last); err != nil {

@@ -202,7 +202,8 @@
 //     nil; logged at debug level, counted in Stats);
 //   - sequence L+1: applied, L moves to it in the same commit;
 //   - beyond L+1: a gap, answered with an error matching
-//     core.ErrSequenceGap, with a RetryAfter hint (GapRetryAfter, 1 s), so
+//     core.ErrSequenceGap, with a RetryAfter hint (GapRetryAfter, 1 s, growing
+//     to a quarter of the gap's age, at most 30 s, as it lasts), so
 //     qstash.Receiver answers 503 with Retry-After and the transport
 //     redelivers it.
 //

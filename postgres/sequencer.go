@@ -384,7 +384,33 @@ func (s *Sequencer) recordGap(ctx context.Context, r gapRecorder, gap *core.Sequ
 	case gapApply:
 		return action, dec, nil
 	}
-	return action, dec, core.RetryAfter(gap, s.cfg.GapRetryAfter)
+	return action, dec, core.RetryAfter(gap, s.retryHint(now, gap.WaitingSince))
+}
+
+// maxGapRetryAfter bounds the hint a lasting gap grows to (retryHint).
+const maxGapRetryAfter = 30 * time.Second
+
+// retryHint is how long a transport should wait before redelivering an
+// event held back by a gap first seen at since: GapRetryAfter at first,
+// then a quarter of the gap's age, at most maxGapRetryAfter (or
+// GapRetryAfter if that is longer). Why it grows: every event behind a
+// missing predecessor is redelivered at the hint's pace, and with a
+// fixed hint a gap that lasts (a relay publishing out of order under
+// load, a predecessor waiting out its own backoff) turns into a storm of
+// refused deliveries that slows everything else down; spacing them by
+// the gap's age keeps the waste a bounded share and spreads the
+// transport's retry budget (QStash's Upstash-Retries) over a horizon
+// that grows with it, while a gap of a moment still closes within about
+// GapRetryAfter.
+func (s *Sequencer) retryHint(now, since time.Time) time.Duration {
+	hint := s.cfg.GapRetryAfter
+	if since.IsZero() {
+		return hint
+	}
+	if grown := now.Sub(since) / 4; grown > hint {
+		hint = min(grown, max(maxGapRetryAfter, s.cfg.GapRetryAfter))
+	}
+	return hint
 }
 
 // overGap applies e past a gap (GapApplyAnyway): it moves the aggregate's

@@ -69,9 +69,12 @@ type SequencerConfig struct {
 	// GapPolicy says what happens once a gap has lasted GapTimeout.
 	// Defaults to GapWait (keep asking for redelivery).
 	GapPolicy GapPolicy
-	// GapRetryAfter is the RetryAfter hint on a gap's error: qstash.Receiver
-	// answers 503 with Retry-After, the relay waits at least this long.
-	// Defaults to core.DefaultGapRetryAfter (1 s).
+	// GapRetryAfter is the RetryAfter hint on a new gap's error:
+	// qstash.Receiver answers 503 with Retry-After, the relay waits at
+	// least this long. As the gap lasts the hint grows to a quarter of its
+	// age, at most 30 s, so the events held back by a lasting gap do not
+	// flood the consumer with redeliveries. Defaults to
+	// core.DefaultGapRetryAfter (1 s).
 	GapRetryAfter time.Duration
 	// GapAlertAfter is how long a gap lasts before it is logged at warn
 	// level, once per gap, and counted in SequencerStats.GapAlerts.

@@ -263,6 +263,37 @@ func TestSequencerGapWaitAlertsOnce(t *testing.T) {
 	}
 }
 
+// TestSequencerGapHintGrowsWithItsAge: the RetryAfter hint of a gap is
+// GapRetryAfter while it is young, a quarter of its age as it lasts, and
+// at most 30 s, so the events behind a lasting gap are redelivered ever
+// more slowly instead of at a fixed pace.
+func TestSequencerGapHintGrowsWithItsAge(t *testing.T) {
+	t.Parallel()
+	f := newSeqFixture(t, 4)
+	s := f.sequencer(t, postgres.SequencerConfig{})
+	deliver := f.deliverer(t, s, "billing", "A")
+	for _, step := range []struct {
+		advance, want time.Duration
+	}{
+		{0, time.Second},
+		{3 * time.Second, time.Second},        // 3 s old: a quarter is under 1 s
+		{17 * time.Second, 5 * time.Second},   // 20 s old
+		{100 * time.Second, 30 * time.Second}, // 2 min old: capped
+		{time.Hour, 30 * time.Second},
+	} {
+		f.clock.Advance(step.advance)
+		applied, err := deliver(2)
+		if applied || !errors.Is(err, core.ErrSequenceGap) {
+			t.Fatalf("deliver 2 = %v, %v; want a sequence gap", applied, err)
+		}
+		if got, ok := core.RetryAfterHint(err); !ok || got != step.want {
+			t.Fatalf("gap %s old: hint %v (%v), want %v", f.clock.Now().Sub(seqT0), got, ok, step.want)
+		}
+	}
+	mustApply(t, deliver, 1, true)
+	mustApply(t, deliver, 2, true)
+}
+
 // TestSequencerGapParkAfterTimeout: GapPark answers Permanent after
 // GapTimeout and keeps the event for operators; once its predecessors
 // arrive a replay applies it.

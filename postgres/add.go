@@ -19,8 +19,9 @@ import (
 // Add costs one round trip whatever the number of events: one statement
 // (INSERT ... VALUES for a single event, INSERT ... SELECT FROM unnest(...)
 // for several), which with ordering on also bumps the aggregates' sequence
-// counters and, with NotifyInTransaction (the default), sends the wake-up.
-// The wake-up has a constant payload, which PostgreSQL delivers once per
+// counters. By default (NotifyNone) it sends no wake-up: relays learn of
+// the commit from the WAL, or by polling. With NotifyInTransaction it also
+// sends a NOTIFY, whose constant payload PostgreSQL delivers once per
 // transaction however many Add calls the transaction makes; that matters
 // because NOTIFY takes a cluster-wide lock at commit. With
 // NotifyAfterCommit, Add sends nothing: call Notify once the transaction

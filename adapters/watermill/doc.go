@@ -29,12 +29,12 @@
 // message's trace context (see Trace context below).
 //
 // TxPublisher only adds events; committing is the caller's. With the
-// PostgreSQL store's default (postgres.NotifyInTransaction) the commit also
-// wakes the relays. With postgres.NotifyAfterCommit it does not: begin the
-// transaction with store.InTx instead of pgx.BeginFunc (same shape; it
-// notifies after the commit), or call store.Notify() once your own Commit
-// has succeeded. Forgetting loses nothing: the relays' poll delivers the
-// events, only later.
+// PostgreSQL store's defaults the commit needs nothing more: relays learn of
+// it from the WAL (or by polling). With postgres.NotifyAfterCommit, for
+// relays that LISTEN, begin the transaction with store.InTx instead of
+// pgx.BeginFunc (same shape; it notifies after the commit), or call
+// store.Notify() once your own Commit has succeeded. Forgetting loses
+// nothing: the relays' poll delivers the events, only later.
 //
 // # The outbox feeding Watermill
 //
@@ -64,6 +64,17 @@
 //
 // For long-lived consumers across a network, relay with Publisher to a
 // broker and subscribe with that broker's own Watermill subscriber.
+//
+// # Consuming events in a Watermill router
+//
+// Handler turns a core.Handler into a Watermill handler that applies each
+// message's event once through a core.Deduper, as qstash.Receiver does:
+// with a postgres.Sequencer, in each aggregate's sequence order too (an
+// early message is Nacked and comes back; a stale one is acknowledged).
+//
+//	seq, _ := postgres.NewSequencer(pool, &postgres.SequencerConfig{Schema: "shipping"})
+//	router.AddNoPublisherHandler("ship", "orders", sub,
+//		outboxwatermill.Handler(postgres.Effect(ship), seq, "shipping"))
 //
 // # Trace context
 //

@@ -413,7 +413,7 @@ func (b *bench) finish() {
 	for _, cas := range []string{caseAlone, caseEvent} {
 		r.ratio("write", cas, "outboxkit / pgbench", "tx/s", sysOutboxkit, sysPgbench)
 	}
-	for _, cas := range []string{caseAfter, caseUnpaced, caseNoNotify} {
+	for _, cas := range []string{caseAfter, caseUnpaced, caseInTxNotify} {
 		r.ratioOf("write", "outboxkit / pgbench UPDATE + INSERT", "tx/s", cas, sysOutboxkit, caseEvent, sysPgbench)
 	}
 	r.ratioOf("write", "pgbench with NOTIFY / without", "tx/s", caseNotify, sysPgbench, caseEvent, sysPgbench)

@@ -55,12 +55,12 @@ type writeResult struct {
 }
 
 const (
-	caseAlone    = "UPDATE alone"
-	caseEvent    = "UPDATE + event"
-	caseNoNotify = "UPDATE + event, NOTIFY off"
-	caseNotify   = "UPDATE + event + NOTIFY"
-	caseAfter    = "UPDATE + event, NotifyAfterCommit"
-	caseUnpaced  = "UPDATE + event, NotifyAfterCommit unpaced"
+	caseAlone      = "UPDATE alone"
+	caseEvent      = "UPDATE + event"
+	caseInTxNotify = "UPDATE + event, NOTIFY in transaction"
+	caseNotify     = "UPDATE + event + NOTIFY"
+	caseAfter      = "UPDATE + event, NotifyAfterCommit"
+	caseUnpaced    = "UPDATE + event, NotifyAfterCommit unpaced"
 )
 
 // writeCases returns the measurements of one repetition: each business
@@ -74,18 +74,19 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 		{name: caseAlone, system: "pgbench", script: "BEGIN;\n" + update + "\nEND;\n"},
 		{name: caseAlone, system: "outboxkit"},
 		{name: caseEvent, system: "pgbench", script: "BEGIN;\n" + update + "\n" + insert + ";\nEND;\n"},
-		// The store's default: NOTIFY in Add's statement.
-		{name: caseEvent, system: "outboxkit", event: true, notify: postgres.NotifyInTransaction},
+		// The store's default: writers send no wake-up (NotifyNone).
+		{name: caseEvent, system: "outboxkit", event: true, notify: postgres.NotifyNone},
 		// The wake-up after COMMIT (Store.Notify), compared with pgbench's
 		// UPDATE + INSERT.
 		{name: caseAfter, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit},
 	}
 	if b.o.extras {
-		// The store's default sends NOTIFY in the INSERT's statement; these
-		// two show what that costs on each side, and the third what pacing
-		// the after-commit notifications (Config.NotifyInterval) saves.
+		// NOTIFY in Add's statement (NotifyInTransaction, the default before
+		// WAL wake-ups) and the same NOTIFY from pgbench show what it costs
+		// on each side; the third case what pacing the after-commit
+		// notifications (Config.NotifyInterval) saves.
 		cases = append(cases,
-			writeCase{name: caseNoNotify, system: "outboxkit", event: true, notify: postgres.NotifyOff},
+			writeCase{name: caseInTxNotify, system: "outboxkit", event: true, notify: postgres.NotifyInTransaction},
 			writeCase{name: caseNotify, system: "pgbench", script: "BEGIN;\n" + update + "\nWITH ins AS (" + insert + ") SELECT pg_notify('" + channel + "', '');\nEND;\n"},
 			writeCase{name: caseUnpaced, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit, interval: -1},
 		)

@@ -325,15 +325,29 @@ const maxPace = 10 * time.Millisecond
 // third of its time.
 const busyShare = 2
 
-// interval is the spacing of claims: a microsecond per event per second
-// (1 ms at 1,000/s, 5 ms at 5,000/s), or busyShare times what the rounds
-// take if longer, at most maxPace. Batches then grow with the square of
-// the rate (about 1 event at 1,000/s, 25 at 5,000/s) and the delay only
-// linearly; and when the database is busy, its claims slow down, and the
-// relay backs off with them instead of competing with the writers.
+// interval is the spacing of claims: none below paceFrom, then a
+// microsecond per event per second (2 ms at 2,000/s, 5 ms at 5,000/s), or
+// busyShare times what the rounds take if longer, at most maxPace.
+// Batches then grow with the square of the rate (about 4 events at
+// 2,000/s, 25 at 5,000/s) and the delay only linearly; and when the
+// database is busy, its claims slow down, and the relay backs off with
+// them instead of competing with the writers. Measured on 2 cores with 8
+// producers: without the paceFrom threshold the spacing cost p50 / p99
+// 2.16 / 8.34 ms at 1,000 events/s against 1.09 / 4.82 ms with it, while
+// 8 writers with the relay consuming their ~3,600 events/s kept the same
+// throughput (0.75 and 0.77 × the hand-written INSERT).
 func (p *flowPacer) interval() time.Duration {
+	if p.rate < paceFrom {
+		return 0
+	}
 	return min(maxPace, max(busyShare*p.took, time.Duration(p.rate*float64(time.Microsecond))))
 }
+
+// paceFrom is the rate (events a second) from which claims are spaced.
+// Below it each wake-up is claimed at once: batches would stay at one or
+// two events whatever the spacing, so it would only add latency (about a
+// millisecond at 1,000 events/s on 2 cores).
+const paceFrom = 1500
 
 // reserve says whether the caller should claim (false: another worker is
 // waiting to) and how long it must wait first. A caller told to wait must

@@ -182,44 +182,61 @@ func TestMinPollIntervalValidation(t *testing.T) {
 	}
 }
 
-// While events flow, claims are spaced by the rate they are found at (a
-// microsecond per event per second): a wake-up soon after a claim round
-// that found events waits out the rest, and its claim takes what arrived
-// meanwhile.
+// While events flow at paceFrom (1,500 events/s) or more, claims are
+// spaced by the rate they are found at (a microsecond per event per
+// second): a wake-up soon after a claim round that found events waits out
+// the rest, and its claim takes what arrived meanwhile. Below that rate a
+// wake-up is claimed at once.
 func TestRelayPacesClaimsWhileEventsFlow(t *testing.T) {
-	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second}
-	f := newRelayFixture(t, nil, nil, cfg)
-	store := &wakeStore{Store: f.store}
-	cfg.Clock = f.clock
-	r, err := core.NewRelay(store, f.pub, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.relay = r
-	f.run()
-	f.waitDeadline(start.Add(time.Second), "the idle poll")
+	for _, tc := range []struct {
+		name     string
+		perRound int
+		pace     time.Duration
+	}{
+		// Two rounds 1 ms apart find 10 events each: 10,000/s, smoothed to
+		// a quarter of it after one step: 2,500/s, claims 2.5 ms apart.
+		{"fast", 10, 2500 * time.Microsecond},
+		// 1 event each: 1,000/s, smoothed to 250/s: not paced.
+		{"slow", 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second}
+			f := newRelayFixture(t, nil, nil, cfg)
+			store := &wakeStore{Store: f.store}
+			cfg.Clock = f.clock
+			r, err := core.NewRelay(store, f.pub, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.relay = r
+			f.run()
+			f.waitDeadline(start.Add(time.Second), "the idle poll")
 
-	// Two rounds 1 ms apart find 5 events each: 5,000/s, smoothed to a
-	// quarter of it after one step: 1,250/s, claims 1.25 ms apart.
-	f.add(5)
-	store.send(t)
-	waitPublished(t, f.pub, 5)
-	f.waitDeadline(start.Add(time.Millisecond), "the look after the first round")
-	f.clock.Advance(time.Millisecond) // that look finds nothing
-	second := start.Add(time.Millisecond)
-	f.waitDeadline(second.Add(time.Second), "the idle poll after it")
-	f.add(5)
-	store.send(t)
-	waitPublished(t, f.pub, 10)
-	f.waitDeadline(second.Add(time.Millisecond), "the look after the second round")
+			f.add(tc.perRound)
+			store.send(t)
+			waitPublished(t, f.pub, tc.perRound)
+			f.waitDeadline(start.Add(time.Millisecond), "the look after the first round")
+			f.clock.Advance(time.Millisecond) // that look finds nothing
+			second := start.Add(time.Millisecond)
+			f.waitDeadline(second.Add(time.Second), "the idle poll after it")
+			f.add(tc.perRound)
+			store.send(t)
+			waitPublished(t, f.pub, 2*tc.perRound)
+			f.waitDeadline(second.Add(time.Millisecond), "the look after the second round")
 
-	before := store.claims.Load()
-	f.add(1)
-	store.send(t)
-	f.waitDeadline(second.Add(1250*time.Microsecond), "the paced claim")
-	if got := store.claims.Load(); got != before {
-		t.Fatalf("%d claims before the pacing interval ended", got-before)
+			before := store.claims.Load()
+			f.add(1)
+			store.send(t)
+			if tc.pace == 0 {
+				waitPublished(t, f.pub, 2*tc.perRound+1) // at once: the clock stands still
+				return
+			}
+			f.waitDeadline(second.Add(tc.pace), "the paced claim")
+			if got := store.claims.Load(); got != before {
+				t.Fatalf("%d claims before the pacing interval ended", got-before)
+			}
+			f.clock.Advance(tc.pace)
+			waitPublished(t, f.pub, 2*tc.perRound+1)
+		})
 	}
-	f.clock.Advance(1250 * time.Microsecond)
-	waitPublished(t, f.pub, 11)
 }

@@ -74,10 +74,23 @@ func TestRelayFastPollIsPerRelay(t *testing.T) {
 // They get one more look, in case the announcements stop while events
 // flow, then the idle poll.
 func TestRelayAnnouncedEventsKeepTheIdlePoll(t *testing.T) {
-	f := newRelayFixture(t, nil, nil, core.RelayConfig{Concurrency: 1, PollInterval: time.Second})
+	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second}
+	f := newRelayFixture(t, nil, nil, cfg)
+	// The wake-up is sent by hand once the relay listens: the memory
+	// store's own would be lost if it came before the relay's Listen
+	// registered (seen with GOMAXPROCS=1), and the events would wait for
+	// the idle poll.
+	store := &wakeStore{Store: f.store}
+	cfg.Clock = f.clock
+	r, err := core.NewRelay(store, f.pub, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.relay = r
 	f.run()
 	f.idle(1)
-	f.add(3) // the memory store wakes its listeners
+	f.add(3)
+	store.send(t)
 	waitPublished(t, f.pub, 3)
 	f.waitDeadline(start.Add(time.Millisecond), "the one look after announced events")
 	f.clock.Advance(time.Millisecond)

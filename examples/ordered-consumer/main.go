@@ -263,7 +263,8 @@ func setupSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 // dropSchema removes what a previous run left. Migrating down first drops
 // the outbox's publication (the relay's WAL wake-ups): publications belong
 // to the database, so dropping the schema alone would leave it behind
-// without its table, and the next Migrate would keep that empty one.
+// without its table (the next Migrate would point it at the new table, but
+// a schema that is not recreated would leave it for good).
 func dropSchema(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	m, err := postgres.NewMigrator(pool, &postgres.MigrateConfig{Schema: schema})
 	if err != nil {

@@ -74,19 +74,11 @@ func TestRelayFastPollIsPerRelay(t *testing.T) {
 // They get one more look, in case the announcements stop while events
 // flow, then the idle poll.
 func TestRelayAnnouncedEventsKeepTheIdlePoll(t *testing.T) {
-	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second}
-	f := newRelayFixture(t, nil, nil, cfg)
 	// The wake-up is sent by hand once the relay listens: the memory
 	// store's own would be lost if it came before the relay's Listen
 	// registered (seen with GOMAXPROCS=1), and the events would wait for
 	// the idle poll.
-	store := &wakeStore{Store: f.store}
-	cfg.Clock = f.clock
-	r, err := core.NewRelay(store, f.pub, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.relay = r
+	f, store := newWakeFixture(t, core.RelayConfig{Concurrency: 1, PollInterval: time.Second})
 	f.run()
 	f.idle(1)
 	f.add(3)
@@ -140,14 +132,11 @@ func (s *wakeStore) send(t *testing.T) {
 	}
 }
 
-// A wake-up that finds nothing may have overtaken the commit it announced
-// (a replication stream can report a commit a moment before it is
-// visible): the worker looks again at once, once more after
-// MinPollInterval, then goes back to its idle poll.
-func TestRelayLooksAgainAfterAnEmptyWakeUp(t *testing.T) {
-	cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second, MinPollInterval: time.Millisecond}
+// newWakeFixture is a relay fixture whose relay runs over a wakeStore
+// wrapping the fixture's store, so the test sends wake-ups by hand.
+func newWakeFixture(t *testing.T, cfg core.RelayConfig) (*relayFixture, *wakeStore) {
+	t.Helper()
 	f := newRelayFixture(t, nil, nil, cfg)
-	// The same relay over a wrapper of the fixture's store and clock.
 	store := &wakeStore{Store: f.store}
 	cfg.Clock = f.clock
 	r, err := core.NewRelay(store, f.pub, &cfg)
@@ -155,6 +144,15 @@ func TestRelayLooksAgainAfterAnEmptyWakeUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.relay = r
+	return f, store
+}
+
+// A wake-up that finds nothing may have overtaken the commit it announced
+// (a replication stream can report a commit a moment before it is
+// visible): the worker looks again at once, once more after
+// MinPollInterval, then goes back to its idle poll.
+func TestRelayLooksAgainAfterAnEmptyWakeUp(t *testing.T) {
+	f, store := newWakeFixture(t, core.RelayConfig{Concurrency: 1, PollInterval: time.Second, MinPollInterval: time.Millisecond})
 	f.run()
 	f.waitDeadline(start.Add(time.Second), "the idle poll")
 	before := store.claims.Load()
@@ -213,15 +211,7 @@ func TestRelayPacesClaimsWhileEventsFlow(t *testing.T) {
 		{"slow", 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := core.RelayConfig{Concurrency: 1, PollInterval: time.Second}
-			f := newRelayFixture(t, nil, nil, cfg)
-			store := &wakeStore{Store: f.store}
-			cfg.Clock = f.clock
-			r, err := core.NewRelay(store, f.pub, &cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.relay = r
+			f, store := newWakeFixture(t, core.RelayConfig{Concurrency: 1, PollInterval: time.Second})
 			f.run()
 			f.waitDeadline(start.Add(time.Second), "the idle poll")
 

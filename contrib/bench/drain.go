@@ -83,33 +83,11 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 		return drainResult{}, err
 	}
 
-	meter, err := newCPUMeter(ctx, pool)
+	run, err := timeRelay(ctx, relay, ctr, pool, n, profile)
 	if err != nil {
 		return drainResult{}, err
 	}
-	stopProf := startProfile(profile)
-	rctx, cancel := context.WithCancel(ctx)
-	runErr := make(chan error, 1)
-	start := time.Now()
-	go func() { runErr <- relay.Run(rctx) }()
-	var waitErr error
-	select {
-	case <-ctr.done:
-	case <-time.After(drainTimeout(n)):
-		waitErr = fmt.Errorf("drain timed out with %d of %d events settled", ctr.n.Load(), n)
-	case <-ctx.Done():
-		waitErr = ctx.Err()
-	}
-	elapsed := time.Since(start)
-	procCPU, dbCPU := meter.stop()
-	stopProf()
-	cancel()
-	if err := <-runErr; err != nil && waitErr == nil && !errors.Is(err, context.Canceled) {
-		waitErr = err
-	}
-	if waitErr != nil {
-		return drainResult{}, waitErr
-	}
+	elapsed, procCPU, dbCPU := run.elapsed, run.procCPU, run.dbCPU
 
 	res := drainResult{seconds: elapsed.Seconds(), claimMs: stats.claim.meanMillis(), settleMs: stats.settle.meanMillis(), pipeMs: stats.settleClaim.meanMillis(),
 		procCPU: perEvent(procCPU, n), dbCPU: perEvent(dbCPU, n)}
@@ -121,6 +99,46 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	res.check = Check{OK: left == 0 && got == int64(n) && ctr.lost.Load() == 0,
 		Detail: fmt.Sprintf("sink received %d of %d, %d rows still pending, %d settled under a lost lease", got, n, left, ctr.lost.Load())}
 	return res, nil
+}
+
+// relayRun is what timeRelay measured.
+type relayRun struct {
+	elapsed        time.Duration
+	procCPU, dbCPU time.Duration
+	// backends are the PostgreSQL backends of the relay's pool.
+	backends []int
+}
+
+// timeRelay runs relay until ctr counts n events settled (or the drain
+// times out), timing it and measuring the CPU of this process and of
+// pool's backends, with a CPU profile to profile when set.
+func timeRelay(ctx context.Context, relay *core.Relay, ctr *settleCounter, pool *pgxpool.Pool, n int, profile string) (relayRun, error) {
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return relayRun{}, err
+	}
+	stopProf := startProfile(profile)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- relay.Run(rctx) }()
+	var waitErr error
+	select {
+	case <-ctr.done:
+	case <-time.After(drainTimeout(n)):
+		waitErr = fmt.Errorf("drain timed out with %d of %d events settled", ctr.n.Load(), n)
+	case <-ctx.Done():
+		waitErr = ctx.Err()
+	}
+	run := relayRun{elapsed: time.Since(start), backends: meter.pids}
+	run.procCPU, run.dbCPU = meter.stop()
+	stopProf()
+	cancel()
+	if err := <-runErr; err != nil && waitErr == nil && !errors.Is(err, context.Canceled) {
+		waitErr = err
+	}
+	return run, waitErr
 }
 
 // ceilingSQL is the protocol's SQL ceiling: one statement selects pending

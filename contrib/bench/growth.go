@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -161,37 +160,14 @@ func (b *bench) growthDrain(ctx context.Context, batch int, c growthCase, profil
 	if err != nil {
 		return growthResult{}, err
 	}
-	meter, err := newCPUMeter(ctx, pool)
+	run, err := timeRelay(ctx, relay, ctr, pool, n, profile)
 	if err != nil {
 		return growthResult{}, err
 	}
-	stopProf := startProfile(profile)
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runErr := make(chan error, 1)
-	start := time.Now()
-	go func() { runErr <- relay.Run(rctx) }()
-	var waitErr error
-	select {
-	case <-ctr.done:
-	case <-time.After(drainTimeout(n)):
-		waitErr = fmt.Errorf("drain timed out with %d of %d events settled", ctr.n.Load(), n)
-	case <-ctx.Done():
-		waitErr = ctx.Err()
-	}
-	elapsed := time.Since(start)
-	procCPU, dbCPU := meter.stop()
-	stopProf()
-	cancel()
-	if err := <-runErr; err != nil && waitErr == nil && !errors.Is(err, context.Canceled) {
-		waitErr = err
-	}
-	if waitErr != nil {
-		return growthResult{}, waitErr
-	}
+	elapsed, procCPU, dbCPU := run.elapsed, run.procCPU, run.dbCPU
 	// A backend's statistics reach pg_statio when it exits, at the latest.
 	pool.Close()
-	if err := waitGone(ctx, s.pool, meter.pids); err != nil {
+	if err := waitGone(ctx, s.pool, run.backends); err != nil {
 		return growthResult{}, err
 	}
 	after, err := claimIndexPages(ctx, s)

@@ -123,7 +123,97 @@ ensure_rabbitmq() {
   wait_port 5672 RabbitMQ 90
 }
 
+# PgBouncer in transaction mode on 127.0.0.1:6432, in front of the local
+# PostgreSQL: the tests of postgres.NewPool, of the pooler detection and
+# of the wake-ups behind a pooler, and the store's conformance suite and
+# the chaos short run through PgBouncer, connect to it. The configuration
+# is ours alone (pgbouncer_conf): Debian's /etc/pgbouncer/pgbouncer.ini and
+# PostgreSQL's configuration are left as they are.
+pgbouncer_ini=/etc/pgbouncer/outboxkit.ini
+pgbouncer_users=/etc/pgbouncer/outboxkit-users.txt
+pgbouncer_pid=/var/run/postgresql/pgbouncer-outboxkit.pid
+
+# Trust, as the server behind it: PgBouncer still wants the user in
+# auth_file. default_pool_size stays well under the server's
+# max_connections (100 by default), which the other test packages' direct
+# pools share; max_client_conn is high because every parallel test's pool
+# is a client. replication is not in ignore_startup_parameters on purpose:
+# PgBouncer must refuse a replication connection, as it does in production.
+pgbouncer_conf() {
+  cat <<EOF
+;; Written by outboxkit's .ci/services.sh (ensure_pgbouncer): edits are overwritten.
+[databases]
+test = host=127.0.0.1 port=5432 dbname=test
+* = host=127.0.0.1 port=5432
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = 6432
+unix_socket_dir =
+pool_mode = transaction
+auth_type = trust
+auth_file = $pgbouncer_users
+admin_users = postgres
+max_client_conn = 2000
+default_pool_size = 20
+max_db_connections = 30
+server_idle_timeout = 30
+ignore_startup_parameters = extra_float_digits
+logfile = /var/log/postgresql/pgbouncer-outboxkit.log
+pidfile = $pgbouncer_pid
+EOF
+}
+
+pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+# stop_pid_file pidfile: stops the PgBouncer of that pidfile and waits for
+# it to exit (SIGINT: a safe shutdown, after the running queries).
+stop_pid_file() {
+  pid_alive "$1" || return 0
+  local pid i
+  pid=$(cat "$1")
+  kill -INT "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -TERM "$pid" 2>/dev/null || true
+}
+
+ensure_pgbouncer() {
+  if ! [ -x /usr/sbin/pgbouncer ]; then
+    log "PgBouncer missing: installing with apt-get"
+    apt_install pgbouncer
+  fi
+  local want
+  want=$(pgbouncer_conf)
+  if pid_alive "$pgbouncer_pid" && [ "$(cat "$pgbouncer_ini" 2>/dev/null)" = "$want" ] && port_open 6432; then
+    return 0
+  fi
+  printf '%s\n' "$want" >"$pgbouncer_ini"
+  printf '"postgres" ""\n' >"$pgbouncer_users"
+  chown postgres:postgres "$pgbouncer_ini" "$pgbouncer_users"
+  chmod 640 "$pgbouncer_ini" "$pgbouncer_users"
+  stop_pid_file "$pgbouncer_pid"
+  # Debian's own instance (its service may have started at install) listens
+  # on 6432 too.
+  stop_pid_file /var/run/postgresql/pgbouncer.pid
+  if port_open 6432; then
+    log "something other than PgBouncer holds 127.0.0.1:6432: stop it, the tests need PgBouncer there"
+    return 1
+  fi
+  log "starting PgBouncer (transaction mode) on 127.0.0.1:6432"
+  # PgBouncer refuses to run as root.
+  runuser -u postgres -- /usr/sbin/pgbouncer -d -q "$pgbouncer_ini"
+  wait_port 6432 PgBouncer 30
+  if ! psql -h 127.0.0.1 -p 6432 -U postgres -d test -tAqc 'SELECT 1' >/dev/null; then
+    log "PgBouncer is up but cannot reach PostgreSQL: see /var/log/postgresql/pgbouncer-outboxkit.log"
+    return 1
+  fi
+}
+
 ensure_postgres
+ensure_pgbouncer
 ensure_nats
 ensure_rabbitmq
-log "PostgreSQL, NATS and RabbitMQ are up"
+log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up"

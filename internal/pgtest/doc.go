@@ -7,4 +7,9 @@
 //
 // Pools stay small because every test package runs against one server with a
 // limited number of connections.
+//
+// Tests through PgBouncer in transaction mode (CI starts it on
+// 127.0.0.1:6432) take BouncerURL (OUTBOXKIT_PGBOUNCER_URL), or
+// BouncerPool for a pool with pgx's defaults; they fail, never skip,
+// when PgBouncer is not there (RequireBouncer).
 package pgtest

@@ -139,11 +139,15 @@ pgbouncer_pid=/var/run/postgresql/pgbouncer-outboxkit.pid
 # pools share; max_client_conn is high because every parallel test's pool
 # is a client. replication is not in ignore_startup_parameters on purpose:
 # PgBouncer must refuse a replication connection, as it does in production.
+# test_one_server is the same database through a pool of one server
+# connection, where the tests make a prepared statement meet another
+# client's on purpose (postgres/pgbouncer_test.go).
 pgbouncer_conf() {
   cat <<EOF
 ;; Written by outboxkit's .ci/services.sh (ensure_pgbouncer): edits are overwritten.
 [databases]
 test = host=127.0.0.1 port=5432 dbname=test
+test_one_server = host=127.0.0.1 port=5432 dbname=test pool_size=1
 * = host=127.0.0.1 port=5432
 
 [pgbouncer]

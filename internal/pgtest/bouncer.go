@@ -86,3 +86,18 @@ func BouncerPool(tb testing.TB, maxConns int32) *pgxpool.Pool {
 	tb.Cleanup(pool.Close)
 	return pool
 }
+
+// BouncerOneServerURL is BouncerURL() with the database test_one_server,
+// which the PgBouncer there must serve from a pool of one server
+// connection (CI's does, ensure_pgbouncer): every client's transaction
+// then runs on the same server session, so a test can make one client's
+// prepared statements meet another's.
+func BouncerOneServerURL(tb testing.TB) string {
+	tb.Helper()
+	u, err := url.Parse(BouncerURL())
+	if err != nil {
+		tb.Fatalf("pgtest: OUTBOXKIT_PGBOUNCER_URL must be a postgres:// URL: %s", redact(err.Error()))
+	}
+	u.Path = "/test_one_server"
+	return u.String()
+}

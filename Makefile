@@ -39,6 +39,7 @@ jaeger-check:
 examples-smoke:
 	$(GO) run ./examples/inmemory
 	$(GO) run ./examples/quickstart
+	$(GO) run ./examples/database-sql
 	$(GO) run ./examples/ordered-consumer
 	$(GO) run ./examples/jaeger -otlp-endpoint=
 	$(GO) run ./examples/custom-adapter

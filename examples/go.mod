@@ -10,6 +10,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-nats/v2 v2.1.3
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lib/pq v1.12.3
 	github.com/nats-io/nats.go v1.37.0
 	github.com/outboxkit/outboxkit/adapters/watermill v0.0.0
 	go.opentelemetry.io/otel v1.47.0

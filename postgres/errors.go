@@ -32,6 +32,12 @@ var (
 	// a Deduper passes through its context: wrap the handler with the
 	// Deduper (core.Idempotent or core.ApplyOnce).
 	ErrNoTx = errors.New("outboxkit/postgres: no transaction in context: run this handler through a postgres.Deduper")
+	// ErrPreparedStatementLost is matched when the server does not have a
+	// prepared statement the pool's connection thinks it prepared, or
+	// already has one it is preparing (SQLSTATE 26000, 42P05): the mark of
+	// pgx's default statement cache behind PgBouncer in transaction mode,
+	// which hands each transaction whichever server connection is free.
+	ErrPreparedStatementLost = errors.New("outboxkit/postgres: the pool prepares statements, which PgBouncer in transaction mode before 1.21 does not keep: open the pool with postgres.NewPool, or add default_query_exec_mode=cache_describe (or exec) to the connection URL")
 )
 
 // IdentifierError reports a schema, table or channel name that cannot be
@@ -61,6 +67,10 @@ const (
 	codeUndefinedColumn   = "42703"
 	codeInvalidSchemaName = "3F000"
 	codeUndefinedFunction = "42883"
+	// invalid_sql_statement_name ("prepared statement ... does not
+	// exist") and duplicate_prepared_statement ("... already exists").
+	codeNoPreparedStatement  = "26000"
+	codeDupPreparedStatement = "42P05"
 )
 
 // interpretError is the one place driver errors are translated. It keeps the
@@ -78,6 +88,8 @@ func interpretError(err error) error {
 			return fmt.Errorf("%w: %w", ErrNotMigrated, err)
 		case codeUniqueViolation:
 			return fmt.Errorf("%w: %w", ErrDuplicateEvent, err)
+		case codeNoPreparedStatement, codeDupPreparedStatement:
+			return fmt.Errorf("%w: %w", ErrPreparedStatementLost, err)
 		}
 		return err
 	}

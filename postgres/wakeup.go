@@ -24,8 +24,13 @@ const wakeupBackoffMin = 100 * time.Millisecond
 // wakeupState is what the wake-up connections of one Store share.
 type wakeupState struct {
 	// conn is the wake-up connection's configuration: Config.WakeupURL's,
-	// or the pool's.
+	// or the pool's; nil for a store on a database/sql handle without
+	// WakeupURL, which has no connection settings to take.
 	conn *pgx.ConnConfig
+	// own: conn is Config.WakeupURL's, which the operator chose for the
+	// wake-ups; the pool's are checked for a pooler first
+	// (wakeup_pooler.go).
+	own bool
 	// slotPrefix starts the names of the store's temporary replication
 	// slots ("outboxkit_<8 random hex digits>_"), so that an operator, or
 	// a test, can tell them apart from others'; slots counts them.
@@ -38,23 +43,30 @@ type wakeupState struct {
 	// costlyWarned: the same, for a stream paused because decoding the
 	// database's WAL costs too much (wal.go, costlyRate).
 	costlyWarned atomic.Bool
+	// poolerWarned and noConnNoted: the same, for wake-ups that would go
+	// through a pooler, and for a store with no connection settings
+	// (wakeup_pooler.go).
+	poolerWarned, noConnNoted atomic.Bool
 	// busy says when a stream pauses (wal.go, busyRate).
 	busy busyLimits
 }
 
+// newWakeupState reads the wake-up connection's settings: WakeupURL's,
+// or pool's, which is nil for a store on a database/sql handle.
 func newWakeupState(pool *pgxpool.Pool, c Config) (*wakeupState, error) {
 	var conn *pgx.ConnConfig
-	if c.WakeupURL != "" {
+	switch {
+	case c.WakeupURL != "":
 		var err error
 		if conn, err = pgx.ParseConfig(c.WakeupURL); err != nil {
 			return nil, &core.ConfigError{Field: "WakeupURL", Reason: "cannot be parsed (" + err.Error() + "): give a postgres:// URL or key=value connection string"}
 		}
-	} else {
+	case pool != nil:
 		conn = pool.Config().ConnConfig
 	}
 	var b [4]byte
 	_, _ = crand.Read(b[:])
-	return &wakeupState{conn: conn, slotPrefix: "outboxkit_" + hex.EncodeToString(b[:]) + "_", busy: defaultBusy}, nil
+	return &wakeupState{conn: conn, own: c.WakeupURL != "", slotPrefix: "outboxkit_" + hex.EncodeToString(b[:]) + "_", busy: defaultBusy}, nil
 }
 
 // nextSlot names a new temporary slot: unique within the store, and
@@ -94,19 +106,43 @@ func (s *Store) wakeupMode() WakeupMode {
 // disconnected was not announced. Wake-ups are hints: the relay's polling
 // covers anything missed.
 //
+// Without Config.WakeupURL, the wake-up connection takes the pool's
+// settings, and Listen first checks that they do not lead through a
+// pooler that loses LISTEN (PgBouncer in transaction mode,
+// wakeup_pooler.go). If they do, it says once in the log that relays poll
+// and that WakeupURL would wake them, and then behaves as WakeupPoll. A
+// store on a database/sql handle has no settings to take: without
+// WakeupURL it says so once and behaves as WakeupPoll too.
+//
 // With WakeupPoll, or NotifyOff, it opens no connection and just waits for
 // ctx.
 func (s *Store) Listen(ctx context.Context, wake func()) error {
 	mode := s.wakeupMode()
+	if mode != WakeupPoll && s.wakeups.conn == nil {
+		s.noteNoConnection(ctx)
+		mode = WakeupPoll
+	}
 	if mode == WakeupPoll {
 		<-ctx.Done()
 		return ctx.Err()
 	}
 	backoff := wakeupBackoffMin
 	connected := func() { backoff = wakeupBackoffMin }
+	checked := s.wakeups.own
 	for {
 		via, err := "stream", error(nil)
-		if mode == WakeupAuto {
+		if !checked {
+			var pooled bool
+			if pooled, err = s.checkPooler(ctx); err == nil {
+				if pooled {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				checked = true
+				continue
+			}
+			via = "pooler check"
+		} else if mode == WakeupAuto {
 			err = s.streamOnce(ctx, wake, connected)
 			if un := (*walUnavailableError)(nil); errors.As(err, &un) && ctx.Err() == nil {
 				s.noteFallback(ctx, un)

@@ -79,7 +79,10 @@ type Config struct {
 	// cannot hold a LISTEN, and a replication connection cannot pass
 	// PgBouncer at all, so point WakeupURL at PostgreSQL itself. The role
 	// it connects as needs REPLICATION for the stream. Defaults to the
-	// pool's connection settings.
+	// pool's connection settings; when those lead through a pooler that
+	// loses LISTEN, Listen warns once and relays poll. A store on a
+	// database/sql handle has no connection settings to default to: it
+	// wakes only with WakeupURL.
 	WakeupURL string
 
 	// NotifyInterval paces NotifyAfterCommit's notifications at one per

@@ -159,7 +159,19 @@
 // own: a pool behind PgBouncer in transaction mode cannot hold a LISTEN,
 // and a replication connection cannot pass PgBouncer at all, so give
 // relays behind PgBouncer Config.WakeupURL, a connection string straight
-// to PostgreSQL (its role needs REPLICATION for the stream).
+// to PostgreSQL (its role needs REPLICATION for the stream). Without it,
+// a relay whose pool goes through such a pooler says so once (a warning)
+// and polls, rather than LISTEN into the void.
+//
+// # PgBouncer
+//
+// Open the pool with NewPool instead of pgxpool.New: through a pooler it
+// runs statements unnamed (default_query_exec_mode=cache_describe), which
+// PgBouncer before 1.21 requires in transaction mode; directly it is
+// pgxpool.New's pool. The store's statements, its migrations (a
+// transaction-scoped advisory lock) and the deduper are transaction-bound
+// and work through it; a pool that prepares statements there fails with
+// ErrPreparedStatementLost, which says what to change.
 //
 // # Ordering
 //

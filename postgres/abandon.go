@@ -47,7 +47,7 @@ func (s *Store) abandon(ctx context.Context, q claim, keep []core.ID, cause erro
 	var b pgx.Batch
 	b.Queue(leaseLockSQL, token)
 	b.Queue(s.releaseSQL, token, q.args[0], q.limit, ids)
-	if err := s.pool.SendBatch(ctx, &b).Close(); err != nil {
+	if err := s.db.SendBatch(ctx, &b).Close(); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "outbox claim failed after reaching the database, and what it may have leased could not be given back; those events are claimable again when the lease expires",
 			"schema", s.n.schema, "table", s.n.table, "claim_error", cause, "error", err)
 	}

@@ -140,7 +140,7 @@ func (s *Store) sendNotification() {
 	// fsync; synchronous_commit=off for this one transaction skips the
 	// wait. Nothing durable depends on it: a notification lost in a crash
 	// is a hint lost, and the relays' poll finds the events.
-	if _, err := s.pool.Exec(ctx, notifySQL, s.cfg.Channel); err != nil {
+	if _, err := s.db.Exec(ctx, notifySQL, s.cfg.Channel); err != nil {
 		s.cfg.Logger.WarnContext(ctx, "outbox notification failed; relays will find the events by polling",
 			"channel", s.cfg.Channel, "error", err)
 	}

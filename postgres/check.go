@@ -24,7 +24,7 @@ func (s *Store) Check(ctx context.Context) error {
 		return err
 	}
 	var outbox, versions bool
-	err = s.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", s.n.outbox, s.n.versions).
+	err = s.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", s.n.outbox, s.n.versions).
 		Scan(&outbox, &versions)
 	if err != nil {
 		return fmt.Errorf("outboxkit/postgres: check: the database did not answer (%w): check the pool's connection settings and that PostgreSQL is up", interpretError(err))
@@ -32,7 +32,7 @@ func (s *Store) Check(ctx context.Context) error {
 	if !outbox || !versions {
 		return &SchemaError{Schema: s.n.schema, Table: s.n.table, Want: want}
 	}
-	rows, err := s.pool.Query(ctx, "SELECT version FROM "+s.n.versions+" WHERE target = $1", s.n.table)
+	rows, err := s.db.Query(ctx, "SELECT version FROM "+s.n.versions+" WHERE target = $1", s.n.table)
 	if err != nil {
 		return wrap("check: read applied migrations", err)
 	}

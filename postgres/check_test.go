@@ -20,7 +20,7 @@ import (
 func TestCheck(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
-	m, err := postgres.NewMigrator(nil, nil)
+	m, err := postgres.NewMigrator((*pgxpool.Pool)(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,24 +77,32 @@ func (s *Store) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, e
 // but the events in keep, which the caller already holds under the same
 // token.
 func (s *Store) runClaim(ctx context.Context, q claim, keep []core.ID) (core.Batch, int, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return core.Batch{}, 0, wrap("claim", err) // nothing was sent
-	}
-	rows, err := conn.Query(ctx, q.sql, s.relayArgs(q.args)...)
-	var b core.Batch
-	var dead int
-	if err != nil {
-		err = wrap("claim", err)
-	} else {
-		b, dead, err = s.read(ctx, q, rows) // its errors say "claim" already
-	}
-	conn.Release()
+	b, dead, err := s.queryClaim(ctx, q)
 	if err != nil {
 		s.abandon(ctx, q, keep, err)
 		return core.Batch{}, 0, err
 	}
 	return b, dead, nil
+}
+
+// queryClaim runs claim q and reads its batch. On a pgx pool it holds
+// one connection for the statement and its rows, and gives it back before
+// returning, so that a give-back (abandon) finds one free.
+func (s *Store) queryClaim(ctx context.Context, q claim) (core.Batch, int, error) {
+	query := s.db.Query
+	if s.pool != nil {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return core.Batch{}, 0, wrap("claim", err) // nothing was sent
+		}
+		defer conn.Release()
+		query = conn.Query
+	}
+	rows, err := query(ctx, q.sql, s.relayArgs(q.args)...)
+	if err != nil {
+		return core.Batch{}, 0, wrap("claim", err)
+	}
+	return s.read(ctx, q, rows) // its errors say "claim" already
 }
 
 // read is q.read, noting how far the table's history reaches and where

@@ -95,7 +95,7 @@ func (s *Store) floorArgs(ctx context.Context) floorArgs {
 			return a
 		}
 		var fl foundFloor
-		err := s.pool.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos})...).Scan(&fl.at, &fl.pos)
+		err := s.db.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos})...).Scan(&fl.at, &fl.pos)
 		f.searched(a, fl, err == nil, time.Now())
 		if err != nil || !fl.at.Valid {
 			return a

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
 )
@@ -16,7 +15,7 @@ import (
 // ID) in <Table>_processed in the same transaction as the effect, which it
 // hands to the effect through the context (TxFromContext).
 type Deduper struct {
-	pool     *pgxpool.Pool
+	db       conns
 	cfg      DeduperConfig
 	n        names
 	insert   string
@@ -25,12 +24,21 @@ type Deduper struct {
 
 var _ core.Deduper = (*Deduper)(nil)
 
-// NewDeduper returns a Deduper on pool; cfg may be nil for the defaults. It
-// performs no I/O: run Migrate for the same schema and table first.
-func NewDeduper(pool *pgxpool.Pool, cfg *DeduperConfig) (*Deduper, error) {
-	if pool == nil {
-		return nil, &core.ConfigError{Field: "pool", Reason: "is nil"}
+// NewDeduper returns a Deduper on db, a *pgxpool.Pool or a *sql.DB
+// (Handle); cfg may be nil for the defaults. It performs no I/O: run
+// Migrate for the same schema and table first.
+//
+// On a *sql.DB, Once runs the effect in a database/sql transaction:
+// SQLEffect and SQLTxFromContext hand it to the effect as a *sql.Tx.
+func NewDeduper[DB Handle](db DB, cfg *DeduperConfig) (*Deduper, error) {
+	h, _, err := openHandle(db, "db")
+	if err != nil {
+		return nil, err
 	}
+	return newDeduper(h, cfg)
+}
+
+func newDeduper(h conns, cfg *DeduperConfig) (*Deduper, error) {
 	var c DeduperConfig
 	if cfg != nil {
 		c = *cfg
@@ -41,7 +49,7 @@ func NewDeduper(pool *pgxpool.Pool, cfg *DeduperConfig) (*Deduper, error) {
 		return nil, err
 	}
 	return &Deduper{
-		pool: pool, cfg: c, n: n,
+		db: h, cfg: c, n: n,
 		insert: `INSERT INTO ` + n.processed + ` (consumer, event_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
 		pruneSQL: `DELETE FROM ` + n.processed + ` t USING (
 SELECT consumer, event_id FROM ` + n.processed + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED
@@ -63,7 +71,7 @@ func (d *Deduper) Once(ctx context.Context, key core.DedupeKey, effect func(ctx 
 	if err := checkKey(key); err != nil {
 		return false, err
 	}
-	tx, err := d.pool.Begin(ctx)
+	tx, err := d.db.Begin(ctx)
 	if err != nil {
 		return false, wrap("deduper: begin", err)
 	}
@@ -154,7 +162,7 @@ func (d *Deduper) Prune(ctx context.Context, processedBefore time.Time) (int64, 
 	}
 	var total int64
 	for {
-		tag, err := d.pool.Exec(ctx, d.pruneSQL, processedBefore, d.cfg.PruneBatchSize)
+		tag, err := d.db.Exec(ctx, d.pruneSQL, processedBefore, d.cfg.PruneBatchSize)
 		if err != nil {
 			return total, wrap("deduper prune", err)
 		}

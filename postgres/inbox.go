@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outboxkit/outboxkit/core"
 )
 
@@ -79,9 +77,9 @@ type Inbox struct {
 
 // NewInbox validates cfg and returns an Inbox on pool. It performs no I/O:
 // run Migrate for the inbox's Schema and Table first.
-func NewInbox(pool *pgxpool.Pool, cfg *InboxConfig) (*Inbox, error) {
-	if pool == nil {
-		return nil, &core.ConfigError{Field: "pool", Reason: "is nil: pass the *pgxpool.Pool of the consumer's database"}
+func NewInbox[DB Handle](db DB, cfg *InboxConfig) (*Inbox, error) {
+	if _, _, err := openHandle(db, "db"); err != nil {
+		return nil, err
 	}
 	if cfg == nil {
 		return nil, &core.ConfigError{Field: "InboxConfig", Reason: `is nil: pass at least the Consumer (e.g. "billing")`}
@@ -90,12 +88,12 @@ func NewInbox(pool *pgxpool.Pool, cfg *InboxConfig) (*Inbox, error) {
 	if err := c.validate(*cfg); err != nil {
 		return nil, err
 	}
-	store, err := New(pool, &c.Store)
+	store, err := New(db, &c.Store)
 	if err != nil {
 		return nil, err
 	}
 	if c.Deduper == nil {
-		d, err := NewDeduper(pool, &DeduperConfig{Schema: c.Store.Schema, Table: c.Store.Table})
+		d, err := newDeduper(store.db, &DeduperConfig{Schema: c.Store.Schema, Table: c.Store.Table})
 		if err != nil {
 			return nil, err
 		}

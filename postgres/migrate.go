@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // migrationFiles holds the versioned migration templates. They reference
@@ -59,7 +58,7 @@ const (
 // the schema, so concurrent migrators (several replicas starting at once)
 // apply each version exactly once.
 type Migrator struct {
-	pool       *pgxpool.Pool
+	db         conns // nil: only SQL, Migrations, UpTx and DownTx
 	n          names
 	log        *slog.Logger
 	migrations []Migration
@@ -67,9 +66,18 @@ type Migrator struct {
 }
 
 // NewMigrator returns a migrator for the schema and table in cfg (nil for the
-// defaults). pool may be nil when only SQL, Migrations, UpTx or DownTx are
-// used.
-func NewMigrator(pool *pgxpool.Pool, cfg *MigrateConfig) (*Migrator, error) {
+// defaults) on db, a *pgxpool.Pool or a *sql.DB (Handle). db may be nil
+// (a typed nil, e.g. (*pgxpool.Pool)(nil)) when only SQL, Migrations, UpTx
+// or DownTx are used.
+func NewMigrator[DB Handle](db DB, cfg *MigrateConfig) (*Migrator, error) {
+	h, _, err := openHandle(db, "db")
+	if err != nil {
+		h = nil // allowed: see above
+	}
+	return newMigrator(h, cfg)
+}
+
+func newMigrator(db conns, cfg *MigrateConfig) (*Migrator, error) {
 	var c MigrateConfig
 	if cfg != nil {
 		c = *cfg
@@ -87,14 +95,22 @@ func NewMigrator(pool *pgxpool.Pool, cfg *MigrateConfig) (*Migrator, error) {
 	// The lock is per schema, not per table: CREATE SCHEMA IF NOT EXISTS
 	// itself races when two tables of one schema are migrated at once.
 	_, _ = h.Write([]byte("outboxkit/migrate/" + n.schema))
-	return &Migrator{pool: pool, n: n, log: c.Logger, migrations: ms, lockKey: int64(h.Sum64())}, nil
+	return &Migrator{db: db, n: n, log: c.Logger, migrations: ms, lockKey: int64(h.Sum64())}, nil
 }
 
 // Migrate applies every pending migration for cfg's schema and table (nil
 // for the defaults) in one transaction under an advisory lock. It is
 // idempotent and safe to call from every replica at start-up.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg *MigrateConfig) error {
-	m, err := NewMigrator(pool, cfg)
+//
+// db is a *pgxpool.Pool or a *sql.DB; with database/sql, or through
+// PgBouncer in transaction mode, it works the same: everything runs in
+// one transaction and the lock is transaction-scoped.
+func Migrate[DB Handle](ctx context.Context, db DB, cfg *MigrateConfig) error {
+	h, _, err := openHandle(db, "db")
+	if err != nil {
+		return err
+	}
+	m, err := newMigrator(h, cfg)
 	if err != nil {
 		return err
 	}
@@ -106,7 +122,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg *MigrateConfig) error 
 // migrate several components atomically. The advisory lock is held until the
 // transaction ends.
 func MigrateTx(ctx context.Context, tx pgx.Tx, cfg *MigrateConfig) error {
-	m, err := NewMigrator(nil, cfg)
+	m, err := newMigrator(nil, cfg)
 	if err != nil {
 		return err
 	}
@@ -118,7 +134,7 @@ func MigrateTx(ctx context.Context, tx pgx.Tx, cfg *MigrateConfig) error {
 // teams that apply migrations with their own tool. It includes the version
 // bookkeeping, so Migrate later sees the versions as applied.
 func MigrationSQL(cfg *MigrateConfig) (string, error) {
-	m, err := NewMigrator(nil, cfg)
+	m, err := newMigrator(nil, cfg)
 	if err != nil {
 		return "", err
 	}
@@ -135,7 +151,7 @@ func (m *Migrator) Up(ctx context.Context) ([]int, error) {
 		return nil, err
 	}
 	var applied []int
-	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, m.db, func(tx pgx.Tx) error {
 		var err error
 		applied, err = m.UpTx(ctx, tx)
 		return err
@@ -181,7 +197,7 @@ func (m *Migrator) Down(ctx context.Context, target int) ([]int, error) {
 		return nil, err
 	}
 	var reverted []int
-	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, m.db, func(tx pgx.Tx) error {
 		var err error
 		reverted, err = m.DownTx(ctx, tx, target)
 		return err
@@ -236,13 +252,13 @@ func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
 		out[i] = MigrationStatus{Version: mg.Version, Name: mg.Name}
 	}
 	var exists bool
-	if err := m.pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.n.versions).Scan(&exists); err != nil {
+	if err := m.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.n.versions).Scan(&exists); err != nil {
 		return nil, fmt.Errorf("outboxkit/postgres: migration status: %w", interpretError(err))
 	}
 	if !exists {
 		return out, nil
 	}
-	rows, err := m.pool.Query(ctx, "SELECT version, applied_at FROM "+m.n.versions+" WHERE target = $1", m.n.table)
+	rows, err := m.db.Query(ctx, "SELECT version, applied_at FROM "+m.n.versions+" WHERE target = $1", m.n.table)
 	if err != nil {
 		return nil, fmt.Errorf("outboxkit/postgres: migration status: %w", interpretError(err))
 	}
@@ -304,8 +320,8 @@ func (m *Migrator) SQL(d Direction) string {
 }
 
 func (m *Migrator) needPool() error {
-	if m.pool == nil {
-		return fmt.Errorf("outboxkit/postgres: this Migrator has no pool: pass one to NewMigrator, or use UpTx/DownTx")
+	if m.db == nil {
+		return fmt.Errorf("outboxkit/postgres: this Migrator has no database handle: pass one to NewMigrator, or use UpTx/DownTx")
 	}
 	return nil
 }

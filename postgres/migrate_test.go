@@ -141,7 +141,7 @@ func TestMigrateConcurrently(t *testing.T) {
 			t.Fatalf("concurrent Migrate: %v", err)
 		}
 	}
-	m, err := postgres.NewMigrator(nil, nil)
+	m, err := postgres.NewMigrator((*pgxpool.Pool)(nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func (s *Store) Stats(ctx context.Context) (core.Stats, error) {
 		attempts map[string]int64
 		now      time.Time
 	)
-	err := s.pool.QueryRow(ctx, s.statsSQL).Scan(&st.Pending, &oldest, &st.Leased, &st.DeadLettered, &attempts, &now)
+	err := s.db.QueryRow(ctx, s.statsSQL).Scan(&st.Pending, &oldest, &st.Leased, &st.DeadLettered, &attempts, &now)
 	if err != nil {
 		return core.Stats{}, wrap("stats", err)
 	}
@@ -57,7 +57,7 @@ func (s *Store) Prune(ctx context.Context, req core.PruneRequest) (int64, error)
 	}
 	var total int64
 	for {
-		tag, err := s.pool.Exec(ctx, s.pruneSQL, s.relayArgs([]any{req.PublishedBefore, batch})...)
+		tag, err := s.db.Exec(ctx, s.pruneSQL, s.relayArgs([]any{req.PublishedBefore, batch})...)
 		if err != nil {
 			return total, wrap("prune", err)
 		}
@@ -91,13 +91,13 @@ func (s *Store) Replay(ctx context.Context, f core.ReplayFilter) (int64, error) 
 	sql := `UPDATE ` + s.n.outbox + `
 SET published_at = NULL, dead_at = NULL, attempts = 0, lease_token = NULL, lease_until = NULL, available_at = now()
 WHERE (published_at IS NOT NULL OR dead_at IS NOT NULL)` + where
-	tag, err := s.pool.Exec(ctx, sql, args...)
+	tag, err := s.db.Exec(ctx, sql, args...)
 	if err != nil {
 		return 0, wrap("replay", err)
 	}
 	if n := tag.RowsAffected(); n > 0 && s.cfg.Notify != NotifyOff {
 		// Best effort: the relay's polling finds the events anyway.
-		_, _ = s.pool.Exec(ctx, "SELECT pg_notify($1, '')", s.cfg.Channel)
+		_, _ = s.db.Exec(ctx, "SELECT pg_notify($1, '')", s.cfg.Channel)
 	}
 	return tag.RowsAffected(), nil
 }
@@ -110,7 +110,7 @@ func (s *Store) Purge(ctx context.Context, f core.ReplayFilter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.n.outbox+`
+	tag, err := s.db.Exec(ctx, `DELETE FROM `+s.n.outbox+`
 WHERE (published_at IS NOT NULL OR dead_at IS NOT NULL)`+where, args...)
 	if err != nil {
 		return 0, wrap("purge", err)
@@ -184,7 +184,7 @@ type Record struct {
 // Get returns the event with the given ID, whatever its state, or an error
 // matching ErrNotFound.
 func (s *Store) Get(ctx context.Context, id core.ID) (Record, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+`, now() FROM `+s.n.outbox+` WHERE id = $1`,
+	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+`, now() FROM `+s.n.outbox+` WHERE id = $1`,
 		pgtype.UUID{Bytes: id, Valid: true})
 	if err != nil {
 		return Record{}, wrap("get event", err)
@@ -206,7 +206,7 @@ func (s *Store) DeadLetters(ctx context.Context, limit int, after core.ID) ([]Re
 	if limit < 1 {
 		return nil, fmt.Errorf("outboxkit/postgres: dead letters: limit is %d; it must be at least 1", limit)
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+recordColumns+`, now() FROM `+s.n.outbox+`
+	rows, err := s.db.Query(ctx, `SELECT `+recordColumns+`, now() FROM `+s.n.outbox+`
 WHERE dead_at IS NOT NULL AND id > $1 ORDER BY id LIMIT $2`, pgtype.UUID{Bytes: after, Valid: true}, limit)
 	if err != nil {
 		return nil, wrap("list dead letters", err)

@@ -24,9 +24,10 @@ import (
 // young, see plans.go, they are two round trips: the claim runs only after
 // the settlement succeeded.)
 func (s *Store) SettleAndClaim(ctx context.Context, sreq core.SettleRequest, creq core.ClaimRequest) (core.Batch, error, error) {
-	if s.planning() {
+	if s.pool == nil || s.planning() {
 		// A pgx batch always runs prepared statements (plans.go): while
-		// the table is young, settle and claim in two round trips.
+		// the table is young, settle and claim in two round trips; and
+		// database/sql cannot pipeline at all.
 		settleErr := s.Settle(ctx, sreq)
 		if settleErr != nil && !errors.Is(settleErr, core.ErrLeaseLost) {
 			// As when the pipelined round trip fails: nothing claimed.

@@ -51,6 +51,9 @@ type planMode struct {
 
 func newPlanMode(pool *pgxpool.Pool) planMode {
 	m := planMode{floor: &claimFloor{}}
+	if pool == nil {
+		return m // database/sql: its driver decides
+	}
 	cc := pool.Config().ConnConfig
 	switch {
 	case cc.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || cc.StatementCacheCapacity == 0:

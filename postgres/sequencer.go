@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
 )
@@ -35,8 +34,8 @@ import (
 // effect, COMMIT.
 type Sequencer struct {
 	*Deduper
-	pool *pgxpool.Pool
-	cfg  SequencerConfig
+	db  conns
+	cfg SequencerConfig
 
 	advanceSQL, startSQL, overGapSQL, gapSQL, alertSQL, parkSQL string
 
@@ -62,9 +61,10 @@ type SequencerStats struct {
 // NewSequencer returns a Sequencer on pool; cfg may be nil for the
 // defaults. It performs no I/O: run Migrate for the same schema and table
 // first (migration 008 creates its tables).
-func NewSequencer(pool *pgxpool.Pool, cfg *SequencerConfig) (*Sequencer, error) {
-	if pool == nil {
-		return nil, &core.ConfigError{Field: "pool", Reason: "is nil"}
+func NewSequencer[DB Handle](db DB, cfg *SequencerConfig) (*Sequencer, error) {
+	h, _, err := openHandle(db, "db")
+	if err != nil {
+		return nil, err
 	}
 	var c SequencerConfig
 	if cfg != nil {
@@ -75,13 +75,13 @@ func NewSequencer(pool *pgxpool.Pool, cfg *SequencerConfig) (*Sequencer, error) 
 	if err != nil {
 		return nil, err
 	}
-	d, err := NewDeduper(pool, &DeduperConfig{Schema: c.Schema, Table: c.Table, PruneBatchSize: c.PruneBatchSize})
+	d, err := newDeduper(h, &DeduperConfig{Schema: c.Schema, Table: c.Table, PruneBatchSize: c.PruneBatchSize})
 	if err != nil {
 		return nil, err
 	}
 	key := ` WHERE consumer = $1 AND aggregate_type = $2 AND aggregate_id = $3`
 	return &Sequencer{
-		Deduper: d, pool: pool, cfg: c,
+		Deduper: d, db: h, cfg: c,
 		// The next event in order: advance the row if it holds the
 		// predecessor (waiting for a concurrent holder of the row lock, then
 		// rechecking), close the aggregate's gap if one was recorded, and
@@ -152,7 +152,7 @@ func (s *Sequencer) OnceInOrder(ctx context.Context, consumer string, e core.Eve
 		return false, err
 	}
 	inTx := func(fn func(tx pgx.Tx) (bool, error)) (bool, error) {
-		tx, err := s.pool.Begin(ctx)
+		tx, err := s.db.Begin(ctx)
 		if err != nil {
 			return false, wrap("sequencer: begin", err)
 		}
@@ -181,7 +181,7 @@ func (s *Sequencer) OnceInOrder(ctx context.Context, consumer string, e core.Eve
 		// (the transaction closing a gap takes the aggregate's row, then
 		// the gap's) nor a second connection of the pool.
 		var action gapAction
-		action, dec, err = s.recordGap(ctx, poolRecorder{s.pool}, gapE, e, dec)
+		action, dec, err = s.recordGap(ctx, poolRecorder{s.db}, gapE, e, dec)
 		if action == gapApply {
 			applied, err = inTx(func(tx pgx.Tx) (bool, error) {
 				var ok bool
@@ -249,7 +249,7 @@ func (s *Sequencer) OnceInOrderTx(ctx context.Context, tx pgx.Tx, consumer strin
 	})
 	if err == nil && gapE != nil {
 		var action gapAction
-		action, dec, err = s.recordGap(ctx, sideTx{s.pool}, gapE, e, dec)
+		action, dec, err = s.recordGap(ctx, sideTx{s.db}, gapE, e, dec)
 		if action == gapApply {
 			applied, err = inSavepoint(func(sp pgx.Tx) (bool, error) {
 				var ok bool
@@ -277,19 +277,19 @@ type gapRecorder interface {
 	record(ctx context.Context, fn func(q querier) error) error
 }
 
-type poolRecorder struct{ pool *pgxpool.Pool }
+type poolRecorder struct{ db conns }
 
-func (r poolRecorder) record(ctx context.Context, fn func(q querier) error) error { return fn(r.pool) }
+func (r poolRecorder) record(ctx context.Context, fn func(q querier) error) error { return fn(r.db) }
 
 // sideTx runs the records in a short transaction of their own, beside the
 // caller's. Its lock timeout keeps it from waiting on a lock the caller's
 // transaction holds.
-type sideTx struct{ pool *pgxpool.Pool }
+type sideTx struct{ db conns }
 
 func (r sideTx) record(ctx context.Context, fn func(q querier) error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
 			return err
 		}

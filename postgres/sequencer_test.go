@@ -1,6 +1,8 @@
 package postgres_test
 
 import (
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"context"
 	"errors"
 	"fmt"
@@ -659,7 +661,7 @@ func TestNewSequencerValidates(t *testing.T) {
 			t.Errorf("NewSequencer(%+v) = %v; want ErrInvalidConfig", cfg, err)
 		}
 	}
-	if _, err := postgres.NewSequencer(nil, nil); !errors.Is(err, core.ErrInvalidConfig) {
+	if _, err := postgres.NewSequencer((*pgxpool.Pool)(nil), nil); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Errorf("NewSequencer(nil pool) = %v", err)
 	}
 }

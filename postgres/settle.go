@@ -40,7 +40,7 @@ func (s *Store) Settle(ctx context.Context, req core.SettleRequest) error {
 	if err != nil || q.sql == "" {
 		return err
 	}
-	rows, err := s.pool.Query(ctx, q.sql, s.relayArgs(q.args)...)
+	rows, err := s.db.Query(ctx, q.sql, s.relayArgs(q.args)...)
 	if err != nil {
 		return wrap("settle", err)
 	}

@@ -29,6 +29,9 @@ type DBTX interface {
 // A Store is safe for concurrent use, and any number of Stores in any number
 // of processes may share one table.
 type Store struct {
+	// db runs the store's own statements; pool is the same handle when it
+	// is a pgx pool, nil for a *sql.DB (handle.go).
+	db   conns
 	pool *pgxpool.Pool
 	cfg  Config
 	n    names
@@ -72,13 +75,18 @@ var (
 	_ core.Checker       = (*Store)(nil)
 )
 
-// New returns a Store on pool, which serves the relay side (claims,
-// settlements, the listener's configuration). cfg may be nil for the
-// defaults. New validates the configuration and performs no I/O: run Migrate
-// once before using the store, or every call fails with ErrNotMigrated.
-func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
-	if pool == nil {
-		return nil, &core.ConfigError{Field: "pool", Reason: "is nil: pass the *pgxpool.Pool the relay should use"}
+// New returns a Store on db, a *pgxpool.Pool or a *sql.DB (Handle), which
+// serves the relay side (claims, settlements, the listener's
+// configuration). cfg may be nil for the defaults. New validates the
+// configuration and performs no I/O: run Migrate once before using the
+// store, or every call fails with ErrNotMigrated.
+//
+// Writers may use any driver whatever the store's handle: Add takes a pgx
+// transaction, or a database/sql one through SQL.
+func New[DB Handle](db DB, cfg *Config) (*Store, error) {
+	h, pool, err := openHandle(db, "db")
+	if err != nil {
+		return nil, err
 	}
 	var c Config
 	if cfg != nil {
@@ -96,6 +104,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Store, error) {
 	notify := c.Notify == NotifyInTransaction
 	return &Store{
 		wakeups:          wk,
+		db:               h,
 		pool:             pool,
 		cfg:              c,
 		n:                n,

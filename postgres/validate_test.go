@@ -93,7 +93,7 @@ func TestInvalidIdentifiersAreRefused(t *testing.T) {
 	if _, err := postgres.New(pool, &postgres.Config{Channel: strings.Repeat("c", 64)}); !errors.Is(err, postgres.ErrInvalidIdentifier) {
 		t.Fatalf("64-byte channel: err = %v", err)
 	}
-	if _, err := postgres.New(nil, nil); !errors.Is(err, core.ErrInvalidConfig) {
+	if _, err := postgres.New((*pgxpool.Pool)(nil), nil); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Fatalf("nil pool: err = %v, want ErrInvalidConfig", err)
 	}
 }

@@ -175,7 +175,7 @@ func TestMigrateStatusAndDown(t *testing.T) {
 // follow it as migrations are added.
 func knownMigrations(t *testing.T) []postgres.Migration {
 	t.Helper()
-	m, err := postgres.NewMigrator(nil, &postgres.MigrateConfig{})
+	m, err := postgres.NewMigrator((*pgxpool.Pool)(nil), &postgres.MigrateConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,14 @@ package outboxwatermill_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "github.com/lib/pq"              // database/sql driver "postgres"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
@@ -236,5 +239,52 @@ func TestNewTxPublisherValidates(t *testing.T) {
 	})
 	if _, err := outboxwatermill.NewTxPublisher(adder, tx, nil); !errors.Is(err, core.ErrInvalidConfig) {
 		t.Errorf("nil tx: err = %v", err)
+	}
+}
+
+// The same through database/sql, with both drivers: the publisher joins a
+// *sql.Tx given as postgres.SQL(tx).
+func TestTxPublisherJoinsSQLTransaction(t *testing.T) {
+	t.Parallel()
+	pool, store := newPostgresStore(t, 4)
+	ctx := context.Background()
+	for _, driver := range []string{"postgres" /* lib/pq */, "pgx" /* pgx's stdlib */} {
+		t.Run(driver, func(t *testing.T) {
+			db, err := sql.Open(driver, pool.Config().ConnString())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			publishIn := func(commit bool) core.ID {
+				tx, err := db.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+				pub, err := outboxwatermill.NewTxPublisher[postgres.DBTX](store, postgres.SQL(tx), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a := message.NewMessageWithContext(ctx, core.NewID().String(), []byte(`{"n":1}`))
+				b := message.NewMessageWithContext(ctx, core.NewID().String(), []byte(`{"n":2}`))
+				if err := pub.Publish("orders", a, b); err != nil {
+					t.Fatal(err)
+				}
+				if commit {
+					if err := tx.Commit(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return core.MustParseID(b.UUID)
+			}
+			rolledBack := publishIn(false)
+			committed := publishIn(true)
+			if _, err := store.Get(ctx, rolledBack); !errors.Is(err, postgres.ErrNotFound) {
+				t.Errorf("rolled-back message: Get err = %v, want ErrNotFound", err)
+			}
+			if rec, err := store.Get(ctx, committed); err != nil || rec.Destination != "orders" {
+				t.Fatalf("committed message: %+v, %v", rec, err)
+			}
+		})
 	}
 }

@@ -159,6 +159,11 @@ func (b *bench) runDrain(ctx context.Context) error {
 	if b.o.proposals {
 		systems = append(systems, sysAsync, sysCeilAsync)
 	}
+	if b.o.databaseSQL {
+		for _, d := range sqlDrivers {
+			systems = append(systems, sysSQLDrain(d))
+		}
+	}
 	type trial struct {
 		cas, sys string
 		batch    int
@@ -202,6 +207,10 @@ func (b *bench) runDrain(ctx context.Context) error {
 					return b.drainCeiling(ctx, batch, true, prof)
 				case sysCeiling:
 					return b.drainCeiling(ctx, batch, false, prof)
+				case sysSQLDrain(driverPQ):
+					return b.drainOutboxkit(ctx, batch, kindSQLPQ, prof)
+				case sysSQLDrain(driverStdlib):
+					return b.drainOutboxkit(ctx, batch, kindSQLStdlib, prof)
 				default:
 					return b.drainRiver(ctx, t.river, prof)
 				}
@@ -321,6 +330,8 @@ func (b *bench) runWrite(ctx context.Context) error {
 					return b.writeInsert(ctx, ws, c, prof)
 				case c.system == sysPgbench:
 					tps, err = b.writePgbench(ctx, c, dir)
+				case c.driver != "":
+					tps, err = b.writeSQL(ctx, ws.main, c, prof)
 				default:
 					tps, err = b.writeGo(ctx, ws.main, c, prof)
 				}
@@ -440,6 +451,7 @@ func (b *bench) finish() {
 	vsHand("outboxkit defaults, no relay", caseInsertBare, sysDefaults)
 	vsHand("River defaults, insert-only client", caseInsertBare, sysRiverDefaults)
 	r.ratioOf("write", "hand-written outbox INSERT / INSERT alone", "tx/s", caseInsertEvent, sysHand, caseInsertAlone, sysPgx)
+	b.sqlRatios()
 	b.growthRatios()
 	b.consumerRatios()
 	scaleSys := b.scaleSys()

@@ -29,6 +29,12 @@
 // baseline of the targets), outboxkit's Add with its defaults and River's
 // InsertTx, the libraries with their consumers running (write_insert.go).
 //
+// With -databasesql (databasesql.go) the write and drain workloads also
+// run through database/sql, with lib/pq and with pgx's stdlib driver:
+// writers commit a *sql.Tx with the event added through postgres.SQL(tx),
+// and the relay drains a Store on a *sql.DB, beside the pgx cases of the
+// same run, with the ratios of each to pgx.
+//
 // The idle workload (idle.go) measures what a relay with nothing to relay
 // costs PostgreSQL: outboxkit's defaults (the WAL stream where wal_level is
 // logical), WakeupListen and WakeupPoll, each on an empty outbox, the CPU

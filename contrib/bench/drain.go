@@ -41,7 +41,21 @@ const (
 	kindStore       relayKind = iota // core.Relay over postgres.Store
 	kindStoreDelete                  // the same with Config.DeletePublished
 	kindStoreAsync                   // kindStore, synchronous_commit=off on the relay's connections (a proposal)
+	kindSQLPQ                        // kindStore on a *sql.DB of lib/pq (databasesql.go)
+	kindSQLStdlib                    // kindStore on a *sql.DB of pgx's stdlib driver
 )
+
+// sqlDriver is the database/sql driver of the kind's store, "" for a
+// store on a pgx pool.
+func (k relayKind) sqlDriver() string {
+	switch k {
+	case kindSQLPQ:
+		return driverPQ
+	case kindSQLStdlib:
+		return driverStdlib
+	}
+	return ""
+}
 
 // drainOutboxkit preloads the outbox and times a relay (Concurrency 2, the
 // default) until every event is settled as published.
@@ -59,14 +73,35 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 	if kind == kindStoreAsync {
 		params = asyncCommit()
 	}
-	pool, err := newPool(ctx, b.o.dsn, 3, params...)
-	if err != nil {
-		return drainResult{}, err
-	}
-	defer pool.Close()
-	inner, err := postgres.New(pool, &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, Notify: postgres.NotifyOff})
-	if err != nil {
-		return drainResult{}, err
+	cfg := &postgres.Config{Schema: s.name, DeletePublished: kind == kindStoreDelete, Notify: postgres.NotifyOff}
+	// The store's three connections: a pgx pool, or a *sql.DB.
+	var inner *postgres.Store
+	var meter func() (*cpuMeter, error)
+	if drv := kind.sqlDriver(); drv != "" {
+		db, err := openSQLDB(ctx, drv, b.o.dsn, 3)
+		if err != nil {
+			return drainResult{}, err
+		}
+		defer db.Close()
+		pids, err := sqlBackendPIDs(ctx, db, 3)
+		if err != nil {
+			return drainResult{}, err
+		}
+		meter = func() (*cpuMeter, error) { return pidMeter(pids), nil }
+		inner, err = postgres.New(db, cfg)
+		if err != nil {
+			return drainResult{}, err
+		}
+	} else {
+		pool, err := newPool(ctx, b.o.dsn, 3, params...)
+		if err != nil {
+			return drainResult{}, err
+		}
+		defer pool.Close()
+		meter = func() (*cpuMeter, error) { return newCPUMeter(ctx, pool) }
+		if inner, err = postgres.New(pool, cfg); err != nil {
+			return drainResult{}, err
+		}
 	}
 	ist, stats := instrument(inner, nil)
 	sink := &countSink{}
@@ -83,7 +118,7 @@ func (b *bench) drainOutboxkit(ctx context.Context, batch int, kind relayKind, p
 		return drainResult{}, err
 	}
 
-	run, err := timeRelay(ctx, relay, ctr, pool, n, profile)
+	run, err := timeRelay(ctx, relay, ctr, meter, n, profile)
 	if err != nil {
 		return drainResult{}, err
 	}
@@ -110,10 +145,11 @@ type relayRun struct {
 }
 
 // timeRelay runs relay until ctr counts n events settled (or the drain
-// times out), timing it and measuring the CPU of this process and of
-// pool's backends, with a CPU profile to profile when set.
-func timeRelay(ctx context.Context, relay *core.Relay, ctr *settleCounter, pool *pgxpool.Pool, n int, profile string) (relayRun, error) {
-	meter, err := newCPUMeter(ctx, pool)
+// times out), timing it and measuring the CPU of this process and of the
+// relay's backends (the meter that newMeter starts), with a CPU profile
+// to profile when set.
+func timeRelay(ctx context.Context, relay *core.Relay, ctr *settleCounter, newMeter func() (*cpuMeter, error), n int, profile string) (relayRun, error) {
+	meter, err := newMeter()
 	if err != nil {
 		return relayRun{}, err
 	}

@@ -160,7 +160,7 @@ func (b *bench) growthDrain(ctx context.Context, batch int, c growthCase, profil
 	if err != nil {
 		return growthResult{}, err
 	}
-	run, err := timeRelay(ctx, relay, ctr, pool, n, profile)
+	run, err := timeRelay(ctx, relay, ctr, func() (*cpuMeter, error) { return newCPUMeter(ctx, pool) }, n, profile)
 	if err != nil {
 		return growthResult{}, err
 	}

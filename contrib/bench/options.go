@@ -54,10 +54,12 @@ type options struct {
 	riverCooldown time.Duration
 	riverPoll     time.Duration
 	extras        bool
-	proposals     bool
-	jsonOut       bool
-	profileDir    string
-	verbose       bool
+	// databaseSQL adds the database/sql variants (databasesql.go).
+	databaseSQL bool
+	proposals   bool
+	jsonOut     bool
+	profileDir  string
+	verbose     bool
 
 	// Child-process role (hidden).
 	role      string
@@ -105,6 +107,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.riverCooldown, "river-cooldown", 5*time.Millisecond, "FetchCooldown of River tuned for throughput")
 	fs.DurationVar(&o.riverPoll, "river-poll", 10*time.Millisecond, "FetchPollInterval of River tuned for throughput (at least -river-cooldown)")
 	fs.BoolVar(&o.extras, "extras", true, "also run the diagnostic variants (DeletePublished drain, NOTIFY costs in the write workload)")
+	fs.BoolVar(&o.databaseSQL, "databasesql", false, "also run the write and drain workloads through database/sql (lib/pq and pgx's stdlib driver) beside pgx (databasesql.go); off by default to keep the full run's length")
 	fs.BoolVar(&o.proposals, "proposals", false, "also measure the prototypes of proposed store and relay changes (proposal.go)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print JSON results on stdout (the table goes to stderr)")
 	fs.StringVar(&o.profileDir, "cpuprofile", "", "directory for CPU profiles of the first repetition of each run")

@@ -36,6 +36,9 @@ type writeCase struct {
 	notify postgres.NotifyMode
 	// interval is the store's NotifyInterval (0: its default).
 	interval time.Duration
+	// driver, when set, runs the case's writers on a *sql.Tx of this
+	// database/sql driver (databasesql.go).
+	driver string
 
 	// insert marks the cases whose business statement is an INSERT of an
 	// order, compared with the hand-written outbox INSERT (write_insert.go);
@@ -91,6 +94,7 @@ func (b *bench) writeCases(s *schema, channel string) []writeCase {
 			writeCase{name: caseUnpaced, system: "outboxkit", event: true, notify: postgres.NotifyAfterCommit, interval: -1},
 		)
 	}
+	cases = append(cases, b.sqlWriteCases()...)
 	return append(cases, b.insertCases()...)
 }
 

@@ -47,6 +47,9 @@ type scenario struct {
 	// committing, for about one applied event in n.
 	consumerCrashEvery, hijackEvery uint64
 	drainTimeout                    time.Duration
+	// bouncer runs the writers and relays through PgBouncer
+	// (envConfig.bouncer).
+	bouncer bool
 }
 
 // tally counts the faults injected.
@@ -66,6 +69,22 @@ func TestChaosShort(t *testing.T) {
 		relays: 2, batch: 20, rate: 100, faultEvery: 1200 * time.Millisecond, outage: 1500 * time.Millisecond,
 		schedule: []faultKind{faultKillRelay, faultTerminate, faultRefuse, faultKillRelay, faultStorm, faultKillConsumer, faultTerminate},
 		selfKill: 0.5, consumerCrashEvery: 400, hijackEvery: 100, drainTimeout: 40 * time.Second,
+	})
+}
+
+// The short run with the writers and the relays behind PgBouncer in
+// transaction mode (pools from postgres.NewPool, migrations through it
+// too) and the relays' wake-ups past it: every promise holds there as
+// directly.
+func TestChaosShortThroughPgBouncer(t *testing.T) {
+	if *long {
+		t.Skip("-long given: TestChaosLong runs instead")
+	}
+	runScenario(t, scenario{
+		relays: 2, batch: 20, rate: 100, faultEvery: 1200 * time.Millisecond, outage: 1500 * time.Millisecond,
+		schedule: []faultKind{faultKillRelay, faultTerminate, faultRefuse, faultStorm, faultKillConsumer},
+		selfKill: 0.5, consumerCrashEvery: 400, hijackEvery: 100, drainTimeout: 40 * time.Second,
+		bouncer: true,
 	})
 }
 
@@ -97,7 +116,7 @@ func runScenario(t *testing.T, sc scenario) {
 	chance := func(p float64) bool { rngMu.Lock(); defer rngMu.Unlock(); return rng.Float64() < p }
 
 	start := time.Now()
-	e := newEnv(t, envConfig{})
+	e := newEnv(t, envConfig{bouncer: sc.bouncer})
 	e.startConsumer("-crash-every", strconv.FormatUint(sc.consumerCrashEvery, 10), "-hijack-every", strconv.FormatUint(sc.hijackEvery, 10))
 	for i := range sc.relays {
 		e.startRelay(i, func(n int) []string {
@@ -214,6 +233,11 @@ func runScenario(t *testing.T, sc scenario) {
 					break
 				}
 			}
+		}
+	}
+	if sc.bouncer {
+		if err := e.relaysBehindBouncer(ctx); err != nil {
+			t.Errorf("the relays are not PgBouncer's clients: %v", err)
 		}
 	}
 	stopProducing()

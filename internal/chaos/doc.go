@@ -22,6 +22,13 @@
 // transaction, every outbox row published or dead-lettered; and it reports
 // redeliveries against their bound, one batch per relay crash.
 //
+// TestChaosShortThroughPgBouncer runs the short suite with the
+// migrations, the producer and the relays behind PgBouncer in transaction
+// mode (pgtest.BouncerURL, pools from postgres.NewPool; relays started
+// with -new-pool) and the relays' wake-ups past it (-wakeup-url, the
+// direct URL); it checks from PgBouncer's admin console that the relays
+// were its clients. The consumer and the checks stay direct.
+//
 //	go test -race ./internal/chaos/                               # short suite, in make test
 //	go test -race -v -run Long -timeout 20m ./internal/chaos/ -args -long   # make chaos
 //

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/internal/pgtest"
@@ -30,13 +32,18 @@ const qsConcurrency = 4
 // env is one run's world: an isolated schema, qstashdev behind the fault
 // proxy, the consumer's listening socket, and the worker processes.
 type env struct {
-	t      *testing.T
-	runID  string
-	pool   *pgxpool.Pool
-	schema string
-	store  *postgres.Store
-	qs     *qstashdev.Server
-	proxy  *proxy
+	t     *testing.T
+	runID string
+	// pool reaches PostgreSQL directly: the suite's checks and faults.
+	pool *pgxpool.Pool
+	// writes is the writers' pool: pool, or one through PgBouncer
+	// (envConfig.bouncer).
+	writes  *pgxpool.Pool
+	bouncer bool
+	schema  string
+	store   *postgres.Store
+	qs      *qstashdev.Server
+	proxy   *proxy
 
 	consumerURL  string
 	consumerSock *os.File
@@ -58,26 +65,41 @@ type envConfig struct {
 	// backoffScale is qstashdev's BackoffScale, which also shortens a
 	// consumer's Retry-After hint (whole seconds). Defaults to 1.
 	backoffScale float64
+	// bouncer: the migrations, the writers and the relays reach the
+	// database through PgBouncer in transaction mode (pgtest.BouncerURL,
+	// pools from postgres.NewPool), the relays' wake-ups past it
+	// (-wakeup-url). The consumer and the suite's checks stay direct.
+	bouncer bool
 }
 
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
-	e := &env{t: t, runID: randomHex(4)}
+	e := &env{t: t, runID: randomHex(4), bouncer: cfg.bouncer}
 	e.relayBin, e.consumerBin = binaries(t)
 	e.pool = pgtest.Pool(t, 6)
-	e.schema = pgtest.Schema(t, e.pool, "chaos")
+	e.writes = e.pool
 	ctx := context.Background()
-	if err := postgres.Migrate(ctx, e.pool, &postgres.MigrateConfig{Schema: e.schema}); err != nil {
+	if cfg.bouncer {
+		pgtest.RequireBouncer(t)
+		pool, err := postgres.NewPool(ctx, pgtest.BouncerURLWithMaxConns(t, 6))
+		if err != nil {
+			t.Fatalf("pool through PgBouncer: %v", err)
+		}
+		t.Cleanup(pool.Close)
+		e.writes = pool
+	}
+	e.schema = pgtest.Schema(t, e.pool, "chaos")
+	if err := postgres.Migrate(ctx, e.writes, &postgres.MigrateConfig{Schema: e.schema}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	_, err := e.pool.Exec(ctx, `
+	_, err := e.writes.Exec(ctx, `
 		CREATE TABLE `+e.table("orders")+` (event_id uuid PRIMARY KEY, kind text NOT NULL, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE TABLE `+e.table("effects")+` (event_id uuid PRIMARY KEY, applied int NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE TABLE `+e.table("dups")+` (event_id uuid PRIMARY KEY, n int NOT NULL)`)
 	if err != nil {
 		t.Fatalf("create tables: %v", err)
 	}
-	if e.store, err = postgres.New(e.pool, &postgres.Config{Schema: e.schema, Ordering: cfg.ordering}); err != nil {
+	if e.store, err = postgres.New(e.writes, &postgres.Config{Schema: e.schema, Ordering: cfg.ordering}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -123,10 +145,14 @@ func (e *env) relayAppName(i int) string { return fmt.Sprintf("chaosrelay-%s-%d"
 // relayArgs are the flags every relay gets; extra ones follow (later flags
 // win).
 func (e *env) relayArgs(i int, extra ...string) []string {
-	return append([]string{
-		"-database-url", pgtest.URL(), "-schema", e.schema, "-app-name", e.relayAppName(i),
+	db := []string{"-database-url", pgtest.URL()}
+	if e.bouncer {
+		db = []string{"-database-url", pgtest.BouncerURL(), "-new-pool", "-wakeup-url", pgtest.URL()}
+	}
+	return append(append(db,
+		"-schema", e.schema, "-app-name", e.relayAppName(i),
 		"-qstash-url", e.proxy.url(), "-qstash-token", qstashdev.DefaultToken, "-dest", e.consumerURL,
-	}, extra...)
+	), extra...)
 }
 
 // startRelay starts relay i; args returns the extra flags of its n-th start.
@@ -275,4 +301,45 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// relaysBehindBouncer waits until each relay has a client connection
+// open in PgBouncer, read from its admin console (SHOW CLIENTS, on the
+// simple protocol it only speaks): proof that the run went through it.
+func (e *env) relaysBehindBouncer(ctx context.Context) error {
+	admin, err := pgconn.ParseConfig(pgtest.BouncerURL())
+	if err != nil {
+		return err
+	}
+	admin.Database = "pgbouncer"
+	return waitUntil(ctx, 20*time.Second, func(ctx context.Context) (bool, error) {
+		conn, err := pgconn.ConnectConfig(ctx, admin)
+		if err != nil {
+			return false, err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		res, err := conn.Exec(ctx, "SHOW CLIENTS").ReadAll()
+		if err != nil || len(res) != 1 {
+			return false, err
+		}
+		col := -1
+		for i, f := range res[0].FieldDescriptions {
+			if f.Name == "application_name" {
+				col = i
+			}
+		}
+		if col < 0 {
+			return false, errors.New("SHOW CLIENTS has no application_name column")
+		}
+		seen := map[string]bool{}
+		for _, row := range res[0].Rows {
+			seen[string(row[col])] = true
+		}
+		for i := range e.relays {
+			if !seen[e.relayAppName(i)] {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
 }

@@ -65,7 +65,7 @@ func (p *producer) write(ctx context.Context, i int) {
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err = func() error {
-		tx, err := p.e.pool.Begin(tctx)
+		tx, err := p.e.writes.Begin(tctx)
 		if err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func (p *producer) counts() (attempted, failed int) {
 
 // addEvents writes events in one transaction.
 func (e *env) addEvents(ctx context.Context, kind string, events ...core.Event) error {
-	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, e.writes, func(tx pgx.Tx) error {
 		for _, ev := range events {
 			if _, err := tx.Exec(ctx, `INSERT INTO `+e.table("orders")+` (event_id, kind) VALUES ($1, $2)`, ev.ID.String(), kind); err != nil {
 				return err

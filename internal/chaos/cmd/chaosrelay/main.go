@@ -4,8 +4,9 @@
 // SIGKILL, terminates their database connections and restarts them.
 //
 // Its connections carry -app-name as application_name (the LISTEN connection
-// too: it copies the pool's settings), so the suite can find and terminate
-// them. It reports what it observed on stdout, one line each, for the suite
+// too: it copies the pool's settings, or -wakeup-url's with the name
+// added), so the suite can find and terminate them. With -new-pool and
+// -wakeup-url it runs through PgBouncer, its wake-ups past it. It reports what it observed on stdout, one line each, for the suite
 // to count:
 //
 //	crash-after-publish      before it SIGKILLs itself (-crash-after)
@@ -42,6 +43,7 @@ type options struct {
 	qstashRetries               int
 	ordering                    bool
 	crashAfter                  int
+	wakeupURL                   string
 }
 
 func main() {
@@ -61,6 +63,7 @@ func main() {
 	flag.DurationVar(&o.maxBackoff, "max-backoff", time.Second, "longest retry delay")
 	flag.IntVar(&o.qstashRetries, "qstash-retries", 40, "QStash delivery retries (Upstash-Retries)")
 	flag.BoolVar(&o.ordering, "ordering", false, "per-aggregate ordering")
+	flag.StringVar(&o.wakeupURL, "wakeup-url", "", "postgres:// URL of the wake-up connection, past a pooler (named -app-name too)")
 	flag.IntVar(&o.crashAfter, "crash-after", 0, "SIGKILL itself right after the n-th accepted publish, before settling it (0: never)")
 	worker.Main("chaosrelay", func(ctx context.Context) error { return run(ctx, o) })
 }
@@ -76,8 +79,15 @@ func run(ctx context.Context, o options) error {
 	}
 	defer pool.Close()
 
+	wakeupURL := o.wakeupURL
+	if wakeupURL != "" {
+		if wakeupURL, err = worker.WithAppName(wakeupURL, o.db.AppName); err != nil {
+			return fmt.Errorf("-wakeup-url: %w", err)
+		}
+	}
 	store, err := postgres.New(pool, &postgres.Config{
 		Schema: o.db.Schema, Ordering: o.ordering, ListenBackoffMax: 500 * time.Millisecond, Logger: log,
+		WakeupURL: wakeupURL,
 	})
 	if err != nil {
 		return err

@@ -40,6 +40,7 @@ examples-smoke:
 	$(GO) run ./examples/inmemory
 	$(GO) run ./examples/quickstart
 	$(GO) run ./examples/database-sql
+	$(GO) run ./examples/sqlc
 	$(GO) run ./examples/ordered-consumer
 	$(GO) run ./examples/jaeger -otlp-endpoint=
 	$(GO) run ./examples/custom-adapter

@@ -50,6 +50,27 @@
 // unnest(...) for several). By default it sends no wake-up: relays learn
 // of the commit from the WAL, or by polling (see "Waking relays").
 //
+// # database/sql, sqlx, GORM, bun, ent
+//
+// A service on database/sql passes its *sql.Tx through SQL, which adapts
+// any database/sql handle (and the ORMs' transactions built on one) to the
+// pgx types the methods take:
+//
+//	tx, err := db.BeginTx(ctx, nil)
+//	...
+//	if err := store.Add(ctx, postgres.SQL(tx), e); err != nil { ... }
+//	err = tx.Commit()
+//
+// Every component also runs on a *sql.DB of its own (Handle): New,
+// NewDeduper, NewSequencer, NewInbox and Migrate take one as they take a
+// *pgxpool.Pool, with lib/pq or pgx's stdlib driver, and an effect gets
+// the Deduper's *sql.Tx through SQLEffect. The SQL is the same; the
+// adapter sends arguments in PostgreSQL's text form and scans with pgx's
+// decoders (sqlconn.go). What a *sql.DB store lacks is what only pgx has:
+// settlements pipelined with the next claim and a connection to wake
+// from (give Config.WakeupURL, or it polls). docs/DATABASES.md has a
+// snippet per library.
+//
 // Services in other languages write plain SQL; only three columns are
 // required and the relay picks the row up like any other:
 //

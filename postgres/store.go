@@ -12,8 +12,9 @@ import (
 
 // DBTX is what Add needs from the caller: something that can execute one
 // statement. pgx.Tx, *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn all satisfy
-// it. Pass the transaction that writes your business rows, so the events
-// commit (or roll back) with them.
+// it, and so does SQL(tx) for a database/sql transaction. Pass the
+// transaction that writes your business rows, so the events commit (or
+// roll back) with them.
 type DBTX interface {
 	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
 }

@@ -39,6 +39,7 @@ jaeger-check:
 examples-smoke:
 	$(GO) run ./examples/inmemory
 	$(GO) run ./examples/quickstart
+	DATABASE_URL='postgres://postgres@127.0.0.1:6432/test?sslmode=disable' WAKEUP_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' $(GO) run ./examples/quickstart
 	$(GO) run ./examples/database-sql
 	$(GO) run ./examples/sqlc
 	$(GO) run ./examples/ordered-consumer

@@ -13,6 +13,15 @@
 // applied twice.
 //
 // DATABASE_URL selects the database; the default is the local server.
+// The pool is opened with postgres.NewPool, so DATABASE_URL may lead
+// through PgBouncer in transaction mode. The relay's wake-ups cannot:
+// WAKEUP_URL (or -wakeup-url) is then PostgreSQL's own URL, past the
+// pooler, and without it the relay says so once and finds events by
+// polling (p50 about its poll interval instead of a few milliseconds):
+//
+//	DATABASE_URL=postgres://postgres@127.0.0.1:6432/test?sslmode=disable \
+//	WAKEUP_URL=postgres://postgres@127.0.0.1:5432/test?sslmode=disable \
+//	go run ./examples/quickstart
 package main
 
 import (
@@ -45,10 +54,12 @@ const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disa
 // options are the knobs of a run; main reads them from flags.
 type options struct {
 	DatabaseURL string
+	WakeupURL   string // postgres.Config.WakeupURL: the relay's wake-ups past a pooler
 	Schema      string
 	Orders      int
-	FailEvery   int // the consumer fails the first attempt of every n-th order
-	Replay      int // events an operator replays after delivery
+	FailEvery   int           // the consumer fails the first attempt of every n-th order
+	Replay      int           // events an operator replays after delivery
+	Pace        time.Duration // pause between orders: spaced orders show the wake-up latency, a burst the polling's
 	Timeout     time.Duration
 	Out         io.Writer
 }
@@ -56,10 +67,12 @@ type options struct {
 func main() {
 	opts := options{Out: os.Stdout}
 	flag.StringVar(&opts.DatabaseURL, "database-url", envOr("DATABASE_URL", defaultDatabaseURL), "PostgreSQL URL (env DATABASE_URL)")
+	flag.StringVar(&opts.WakeupURL, "wakeup-url", os.Getenv("WAKEUP_URL"), "PostgreSQL URL of the relay's wake-ups, past a pooler such as PgBouncer (env WAKEUP_URL); empty: DATABASE_URL's")
 	flag.StringVar(&opts.Schema, "schema", "outboxkit_quickstart", "schema to (re)create for this run")
 	flag.IntVar(&opts.Orders, "orders", 300, "orders to place")
 	flag.IntVar(&opts.FailEvery, "fail-every", 7, "fail the first delivery attempt of every n-th order")
 	flag.IntVar(&opts.Replay, "replay", 20, "events to replay after delivery (duplicates the consumer must suppress)")
+	flag.DurationVar(&opts.Pace, "pace", 0, "pause between orders (e.g. 20ms: each order then waits for a wake-up or a poll, as in a quiet service)")
 	flag.DurationVar(&opts.Timeout, "timeout", 60*time.Second, "give up after this long")
 	flag.Parse()
 
@@ -133,8 +146,11 @@ func run(ctx context.Context, opts options) (summary, error) {
 		return sum, err
 	}
 	fmt.Fprintf(out, "PostgreSQL: %s, schema %s migrated\n", redact(opts.DatabaseURL), opts.Schema)
+	if opts.WakeupURL != "" {
+		fmt.Fprintf(out, "wake-ups:   %s\n", redact(opts.WakeupURL))
+	}
 
-	store, err := postgres.New(pool, &postgres.Config{Schema: opts.Schema})
+	store, err := postgres.New(pool, &postgres.Config{Schema: opts.Schema, WakeupURL: opts.WakeupURL})
 	if err != nil {
 		return sum, err
 	}
@@ -210,6 +226,13 @@ func run(ctx context.Context, opts options) (summary, error) {
 		if err := c.placeOrder(ctx, pool, store, i, total); err != nil {
 			return sum, fmt.Errorf("place order %d: %w", i, err)
 		}
+		if opts.Pace > 0 {
+			select {
+			case <-ctx.Done():
+				return sum, ctx.Err()
+			case <-time.After(opts.Pace):
+			}
+		}
 	}
 	fmt.Fprintf(out, "placed %d orders (one poison, every %d-th fails its first delivery)\n", opts.Orders, opts.FailEvery)
 
@@ -260,16 +283,16 @@ func run(ctx context.Context, opts options) (summary, error) {
 }
 
 // connect opens a pool and checks the server answers, turning the usual
-// failure into a message that says what to do.
+// failure into a message that says what to do. postgres.NewPool is
+// pgxpool.New's pool, except through a pooler such as PgBouncer, where
+// its statements survive transaction mode.
 func connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
+	if _, err := pgxpool.ParseConfig(url); err != nil {
 		return nil, fmt.Errorf("DATABASE_URL %q is not a PostgreSQL URL: %v", redact(url), err)
 	}
-	cfg.MaxConns = 16
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	pool, err := pgxpool.NewWithConfig(pctx, cfg)
+	pool, err := postgres.NewPool(pctx, withMaxConns(url, 16))
 	if err == nil {
 		err = pool.Ping(pctx)
 	}
@@ -532,6 +555,19 @@ func redact(url string) string {
 		return url[:scheme+3+colon] + ":***" + url[at:]
 	}
 	return url
+}
+
+// withMaxConns bounds the pool at n connections unless url does.
+func withMaxConns(url string, n int) string {
+	switch {
+	case strings.Contains(url, "pool_max_conns"):
+		return url
+	case strings.Contains(url, "://") && strings.Contains(url, "?"):
+		return url + "&pool_max_conns=" + fmt.Sprint(n)
+	case strings.Contains(url, "://"):
+		return url + "?pool_max_conns=" + fmt.Sprint(n)
+	}
+	return url + " pool_max_conns=" + fmt.Sprint(n)
 }
 
 // oneLine folds a multi-line driver error into one line.

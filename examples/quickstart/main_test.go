@@ -48,3 +48,26 @@ func TestQuickstartExplainsUnreachableDatabase(t *testing.T) {
 		t.Fatalf("unhelpful error: %q", msg)
 	}
 }
+
+// Through PgBouncer in transaction mode (CI runs it on 127.0.0.1:6432),
+// with the wake-ups past it: every order once, nothing lost.
+func TestQuickstartThroughPgBouncer(t *testing.T) {
+	pgtest.RequireBouncer(t)
+	pool := pgtest.Pool(t, 2)
+	schema := pgtest.NewSchemaName("quickstart_bouncer")
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE") })
+	var out bytes.Buffer
+	sum, err := run(context.Background(), options{
+		DatabaseURL: pgtest.BouncerURL(), WakeupURL: pgtest.URL(),
+		Schema: schema, Orders: 120, FailEvery: 5, Replay: 10, Timeout: time.Minute, Out: &out,
+	})
+	if err != nil {
+		t.Fatalf("run through PgBouncer: %v\n%s", err, out.String())
+	}
+	if !sum.ok() || sum.Applied != 119 || sum.DoubleApplied != 0 || sum.Duplicates != 10 {
+		t.Fatalf("summary through PgBouncer = %+v (%s)\n%s", sum, sum.problem(), out.String())
+	}
+	if !strings.Contains(out.String(), "wake-ups:") {
+		t.Fatalf("the run does not show its wake-up URL:\n%s", out.String())
+	}
+}

@@ -216,8 +216,33 @@ ensure_pgbouncer() {
   fi
 }
 
+# Prometheus's promtool runs the alert rules' unit tests, and the monitoring
+# end-to-end test (contrib/monitoring) starts a prometheus of its own on a
+# free loopback port with a temporary configuration: nothing here runs one.
+# Debian's package starts and enables a service on :9090 where its init
+# policy allows it (and recommends node-exporter, on :9100, which the tests
+# do not need): the install stops and disables that service, so it takes no
+# port and scrapes nothing. A Prometheus someone runs on purpose on a
+# machine where the package was already installed is left alone.
+ensure_prometheus() {
+  if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+    return 0
+  fi
+  log "Prometheus missing: installing with apt-get (its service is stopped and disabled)"
+  apt_install --no-install-recommends prometheus
+  if [ -x /etc/init.d/prometheus ]; then
+    /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+    update-rc.d prometheus disable >/dev/null 2>&1 || true
+  fi
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
+  promtool --version >/dev/null
+}
+
 ensure_postgres
 ensure_pgbouncer
 ensure_nats
 ensure_rabbitmq
-log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up"
+ensure_prometheus
+log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up; promtool and prometheus are installed"

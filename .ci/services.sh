@@ -240,9 +240,22 @@ ensure_prometheus() {
   promtool --version >/dev/null
 }
 
+# Node.js and npm run the official TypeScript SDK (@upstash/qstash) against
+# qstashdev (internal/interop/qstashts): its Go test runs `npm ci` from the
+# committed lock file and fails, never skips, when node or npm is missing.
+ensure_node() {
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    return 0
+  fi
+  log "Node.js or npm missing: installing with apt-get"
+  apt_install nodejs npm
+  node --version >/dev/null
+}
+
 ensure_postgres
 ensure_pgbouncer
 ensure_nats
 ensure_rabbitmq
 ensure_prometheus
-log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up; promtool and prometheus are installed"
+ensure_node
+log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up; promtool, prometheus, node and npm are installed"

@@ -44,8 +44,17 @@ func NewPool(ctx context.Context, connString string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outboxkit/postgres: NewPool: %w", err)
 	}
+	return NewPoolWithConfig(ctx, cfg)
+}
+
+// NewPoolWithConfig is NewPool for a configuration from
+// pgxpool.ParseConfig that the caller adjusted (pool size, timeouts,
+// hooks): it chooses the exec mode as NewPool does, reading what the
+// connection string set from cfg.ConnString(), and opens the pool with
+// pgxpool.NewWithConfig. It may change cfg.ConnConfig.DefaultQueryExecMode.
+func NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config) (*pgxpool.Pool, error) {
 	cc := cfg.ConnConfig
-	if !setsExecMode(connString) && cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.StatementCacheCapacity > 0 {
+	if !setsExecMode(cfg.ConnString()) && cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && cc.StatementCacheCapacity > 0 {
 		v, err := probeProxy(ctx, &cc.Config)
 		if err != nil {
 			return nil, fmt.Errorf("outboxkit/postgres: NewPool connects once to tell whether the database is behind a pooler, and could not (%w): check that PostgreSQL or PgBouncer is up and the connection string right", err)

@@ -43,7 +43,9 @@ func (a *app) connect(ctx context.Context, minConns int32) (*pgxpool.Pool, error
 	if cfg.MaxConns < minConns {
 		cfg.MaxConns = minConns
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	// postgres.NewPoolWithConfig, not pgxpool's: through PgBouncer in
+	// transaction mode its statements run unnamed, which survives it.
+	pool, err := postgres.NewPoolWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, a.dbError(err)
 	}

@@ -1,0 +1,11 @@
+package outboxbun_test
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain checks that no test leaves a goroutine behind: every *bun.DB a
+// test opens is closed by it.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,28 @@
+module github.com/outboxkit/outboxkit/adapters/gorm
+
+go 1.26.0
+
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/outboxkit/outboxkit v0.0.0
+	github.com/outboxkit/outboxkit/adapters/internal/ormsuite v0.0.0
+	go.uber.org/goleak v1.3.0
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/gorm v1.31.2
+)
+
+require (
+	github.com/jackc/pgio v1.0.0 // indirect
+	github.com/jackc/pglogrepl v0.0.0-20251213150135-2e8d0df862c1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+)
+
+replace github.com/outboxkit/outboxkit => ../..
+
+replace github.com/outboxkit/outboxkit/adapters/internal/ormsuite => ../internal/ormsuite

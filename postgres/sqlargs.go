@@ -20,8 +20,8 @@ import (
 // jsonb[] parameter reads as strings: the headers' check constraint then
 // refuses the row, TestAddInSQLTx in adapters/databasesql). So every
 // argument is turned into one of the types all drivers send alike: its
-// PostgreSQL text form as a string, an integer, a bool, a time.Time, or
-// nil. The statements cast every parameter to its type, so the server
+// PostgreSQL text form as a string (numbers too), a bool, a time.Time,
+// or nil. The statements cast every parameter to its type, so the server
 // reads the text as the right type whatever the driver declares.
 
 // typeMaps lends pgtype.Maps, which are not safe for concurrent use, to the
@@ -56,14 +56,21 @@ func sqlArgs(args []any) ([]any, error) {
 
 func sqlArg(a any, m **pgtype.Map) (any, error) {
 	switch v := a.(type) {
-	case nil, string, int64, bool, float64, time.Time:
+	case nil, string, bool, float64, time.Time:
 		return v, nil
+	case int64:
+		// As text, like every other number: a driver that writes the
+		// arguments into the statement (bun's pgdriver) would write the
+		// claim floor's math.MinInt64 as -9223372036854775808::int8,
+		// which PostgreSQL reads as the negation of an out-of-range
+		// literal (TestPgdriverStoreClaims in adapters/bun).
+		return strconv.FormatInt(v, 10), nil
 	case int:
-		return int64(v), nil
+		return strconv.FormatInt(int64(v), 10), nil
 	case int32:
-		return int64(v), nil
+		return strconv.FormatInt(int64(v), 10), nil
 	case int16:
-		return int64(v), nil
+		return strconv.FormatInt(int64(v), 10), nil
 	case []byte:
 		return string(v), nil
 	case json.RawMessage:
@@ -76,10 +83,10 @@ func sqlArg(a any, m **pgtype.Map) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if b, ok := dv.([]byte); ok {
-			return string(b), nil
+		if _, again := dv.(driver.Valuer); again {
+			return dv, nil // cannot happen for a driver.Value
 		}
-		return dv, nil
+		return sqlArg(dv, m)
 	}
 	// Arrays and anything else pgx knows: its text form.
 	if *m == nil {

@@ -46,17 +46,8 @@ var errRollback = errors.New("roll back")
 func bunDriver(driver string) ormsuite.Open {
 	return func(t *testing.T, env *ormsuite.Env) ormsuite.Driver {
 		db := openBun(t, driver, env.URL)
-		var storeDB *sql.DB
-		if driver == "pg" {
-			// The relay's side does not run on pgdriver yet: see
-			// TestPgdriverStoreClaims. Everything the adapter does
-			// (writing through the bun.Tx, the Deduper, the Sequencer,
-			// OnceTx) runs on pgdriver.
-			storeDB = openBun(t, "pgx", env.URL).DB
-		}
 		return ormsuite.Driver{
-			DB:      db.DB,
-			StoreDB: storeDB,
+			DB: db.DB,
 			PlaceOrder: func(ctx context.Context, store *postgres.Store, o ormsuite.Order, events []core.Event, commit bool) error {
 				err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 					if _, err := tx.NewInsert().Model(&Order{ID: o.ID, Total: o.Total}).Exec(ctx); err != nil {
@@ -134,14 +125,13 @@ func TestSuitePgxStdlib(t *testing.T) {
 }
 
 // A relay's Store on bun's pgdriver. pgdriver interpolates the arguments
-// into the SQL text, so the claim's floor position math.MinInt64 arrives
-// as -9223372036854775808::int8, which PostgreSQL reads as
-// -(9223372036854775808::int8): "bigint out of range" (SQLSTATE 22003),
-// and every claim fails. The fix belongs to the database/sql seam
-// (postgres/sqlargs.go: pass int64 arguments in their text form, as it
-// does the others, so pgdriver quotes them).
+// into the SQL text, so the claim's floor position math.MinInt64, were it
+// sent as an int64, would arrive as -9223372036854775808::int8, which
+// PostgreSQL reads as -(9223372036854775808::int8): "bigint out of range"
+// (SQLSTATE 22003), and every claim failed. The database/sql seam
+// (postgres/sqlargs.go) sends numbers in their text form, which pgdriver
+// quotes.
 func TestPgdriverStoreClaims(t *testing.T) {
-	t.Skip("seam bug, reported: Store.Claim on bun's pgdriver fails with bigint out of range (see the comment); remove this skip once postgres/sqlargs.go sends int64 arguments as text")
 	t.Parallel()
 	env := ormsuite.NewEnv(t)
 	ctx := ormsuite.Ctx(t)

@@ -69,15 +69,10 @@ func Ctx(t testing.TB) context.Context {
 	return ctx
 }
 
-// Store returns a Store for env's schema on the ORM's *sql.DB (or on
-// drv.StoreDB when set).
+// Store returns a Store for env's schema on the ORM's *sql.DB.
 func (env *Env) Store(t testing.TB, drv Driver) *postgres.Store {
 	t.Helper()
-	db := drv.DB
-	if drv.StoreDB != nil {
-		db = drv.StoreDB
-	}
-	s, err := postgres.New(db, &postgres.Config{Schema: env.Schema})
+	s, err := postgres.New(drv.DB, &postgres.Config{Schema: env.Schema})
 	if err != nil {
 		t.Fatalf("new store: %v", err)
 	}

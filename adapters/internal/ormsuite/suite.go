@@ -26,11 +26,6 @@ type Driver struct {
 	// sqlx.DB's DB, the one given to ent's entsql.OpenDB). The suite opens
 	// its Store, Deduper and Sequencer on it.
 	DB *sql.DB
-	// StoreDB, when set, is what the Store the relay claims from runs on
-	// instead of DB (the events are still written through the ORM's
-	// transaction). It is for a driver whose *sql.DB cannot run the
-	// relay's side, and the test that sets it says why.
-	StoreDB *sql.DB
 
 	// PlaceOrder, in one transaction begun by the ORM, inserts o with the
 	// ORM and writes events with store.Add through the adapter's seam,

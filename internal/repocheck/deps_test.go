@@ -109,7 +109,10 @@ func TestServiceModuleGraphStaysLean(t *testing.T) {
 	mainGo := `package main
 
 import (
+	"database/sql"
 	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
@@ -118,7 +121,7 @@ import (
 )
 
 func main() {
-	fmt.Println(core.NewID(), postgres.New, qstash.NewPublisher, tracing.NewInjector)
+	fmt.Println(core.NewID(), postgres.New[*pgxpool.Pool], postgres.New[*sql.DB], qstash.NewPublisher, tracing.NewInjector)
 }
 `
 	for name, body := range map[string]string{"go.mod": goMod, "main.go": mainGo} {

@@ -82,7 +82,9 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	case seg[0] == "dlq" && len(seg) == 2:
 		s.handleDLQEntry(w, r, seg[1])
 	case seg[0] == "events" && len(seg) == 1:
-		s.handleEvents(w, r)
+		s.handleEvents(w, r, "events")
+	case seg[0] == "logs" && len(seg) == 1:
+		s.handleEvents(w, r, "logs")
 	case seg[0] == "keys" && len(seg) == 1:
 		s.handleKeys(w, r)
 	case seg[0] == "keys" && len(seg) == 2 && seg[1] == "rotate", seg[0] == "rotate" && len(seg) == 1:

@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/internal/logs"
+	"github.com/outboxkit/outboxkit/internal/qregion"
 )
 
 // The credentials and address of Upstash's official local dev server. Tools
@@ -41,6 +43,14 @@ type Config struct {
 	// rotation. Defaults to DefaultNextSigningKey. It must differ from
 	// CurrentSigningKey, or a rotation would change nothing.
 	NextSigningKey string
+	// Region is the QStash region this server plays: EU_CENTRAL_1 or
+	// US_EAST_1 (dashes and lower case are read too). Deliveries carry it
+	// as Upstash-Region ("EU-CENTRAL-1"), which receivers use to pick that
+	// region's signing keys. QStash's regions are independent, each with
+	// its own token, signing keys, messages and DLQ: to test a receiver of
+	// several regions, run one Server per region with keys of its own.
+	// Defaults to EU_CENTRAL_1, QStash's default region.
+	Region string
 
 	// MaxBodyBytes bounds a message body; a larger publish is answered 413,
 	// and a larger batch element gets an error element. It mirrors QStash's
@@ -182,6 +192,9 @@ func (c Config) WithDefaults() Config {
 	if c.NextSigningKey == "" {
 		c.NextSigningKey = DefaultNextSigningKey
 	}
+	if c.Region == "" {
+		c.Region = qregion.EUCentral1
+	}
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = 1 << 20
 	}
@@ -250,6 +263,9 @@ func timesBodies(n, maxBody int64) int64 {
 
 func (c Config) validate() error {
 	var errs []error
+	if _, ok := qregion.Normalize(c.Region); !ok {
+		errs = append(errs, fmt.Errorf("Region %q is not a QStash region: use %s", c.Region, strings.Join(qregion.All, " or ")))
+	}
 	if c.CurrentSigningKey == c.NextSigningKey {
 		errs = append(errs, errors.New("CurrentSigningKey and NextSigningKey are equal: give NextSigningKey a different value (or leave both empty for the dev-server defaults)"))
 	}

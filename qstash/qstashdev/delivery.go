@@ -53,7 +53,7 @@ func (s *Server) attempt(parent context.Context, m *message, retried int) attemp
 		return attemptResult{err: fmt.Errorf("destination %q is not a valid URL", m.url)}
 	}
 	// QStash's own headers; they override forwarded ones of the same name.
-	fixed := make([]string, 0, 14)
+	fixed := make([]string, 0, 18)
 	fixed = append(fixed,
 		"User-Agent", "Upstash-QStash",
 		"Upstash-Signature", s.signer.Load().sign(m.url, m.body, s.clock.Now()),
@@ -65,6 +65,12 @@ func (s *Server) attempt(parent context.Context, m *message, retried int) attemp
 	}
 	if m.group != "" {
 		fixed = append(fixed, "Upstash-Topic-Name", m.group)
+	}
+	if m.scheduleID != "" {
+		fixed = append(fixed, "Upstash-Schedule-Id", m.scheduleID)
+	}
+	if s.region != "" {
+		fixed = append(fixed, "Upstash-Region", s.region)
 	}
 	wantBody := func(status int) bool { return m.callback != "" || status < 200 || status > 299 }
 
@@ -247,6 +253,7 @@ type callbackBody struct {
 	CreatedAt       string      `json:"createdAt"`
 	CallerIP        string      `json:"callerIP,omitempty"`
 	Label           string      `json:"label,omitempty"`
+	ScheduleID      string      `json:"scheduleId,omitempty"`
 	Error           string      `json:"error,omitempty"`
 }
 
@@ -272,7 +279,8 @@ func (s *Server) newCallbackMessage(src *message, url string, opts derivedOpts, 
 		NotBefore:       strconv.FormatInt(notBefore.UnixMilli(), 10),
 		CreatedAt:       strconv.FormatInt(src.createdAt.UnixMilli(), 10),
 		CallerIP:        src.callerIP,
-		Label:           src.label,
+		Label:           firstLabel(src.labels),
+		ScheduleID:      src.scheduleID,
 	}
 	if res.err != nil {
 		cb.Error = res.err.Error()
@@ -305,6 +313,9 @@ func (s *Server) newCallbackMessage(src *message, url string, opts derivedOpts, 
 		createdAt:   now,
 		callerIP:    src.callerIP,
 		label:       src.label,
+		labels:      src.labels,
+		scheduleID:  src.scheduleID,
+		redact:      src.redact,
 		kind:        kind,
 		sourceMsgID: src.id,
 	}

@@ -1,9 +1,10 @@
 package qstashdev
 
 import (
-	"encoding/json"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -131,7 +132,8 @@ func (s *Server) retryDLQLocked(dlqID string) (string, bool) {
 		id: s.ids.messageID(), url: src.url, group: src.group, endpointName: src.endpointName,
 		queueName: src.queueName, method: src.method, header: src.header, body: src.body,
 		maxRetries: src.maxRetries, retryDelay: src.retryDelay, timeout: src.timeout,
-		createdAt: now, callerIP: src.callerIP, label: src.label,
+		createdAt: now, callerIP: src.callerIP, label: src.label, labels: src.labels,
+		scheduleID: src.scheduleID, redact: src.redact,
 		callback: src.callback, failureCallback: src.failureCallback,
 		callbackOpts: src.callbackOpts, failureOpts: src.failureOpts,
 		fcKey: src.fcKey, fcPar: src.fcPar, fcRate: src.fcRate, fcPeriod: src.fcPeriod,
@@ -164,64 +166,62 @@ func toWireDLQ(e DLQEntry) wireDLQ {
 	return w
 }
 
-// handleDLQList serves GET /v2/dlq (count ≤ 100, cursor, order
-// earliestFirst|latestFirst, filters messageId, url, topicName, queueName,
-// label, callerIp, responseStatus, fromDate, toDate) and DELETE /v2/dlq
-// ({"dlqIds":[...]} → {"deleted": n}).
-func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request) {
-	switch r.Method {
-	case http.MethodGet:
-	case http.MethodDelete:
-		var req struct {
-			DlqIDs []string `json:"dlqIds"`
-		}
-		body, ok := s.readBody(w, r, 1<<20)
-		if !ok {
-			return
-		}
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid JSON body: expected {\"dlqIds\":[...]}")
-			return
-		}
-		n := 0
-		s.mu.Lock()
-		for _, id := range req.DlqIDs {
-			if s.dlq.remove(id) {
-				n++
+// dlqFilters are the DLQ's filters, per the API reference. host and path
+// are not among them: the DLQ endpoints refuse them.
+var dlqFilters = []string{"messageId", "url", "topicName", "urlGroup", "scheduleId", "queueName",
+	"label", "flowControlKey", "callerIp", "callerIP", "responseStatus"}
+
+// record is what filters see of a DLQ entry; its time is the failure.
+func (e *dlqEntry) record() *record {
+	r := e.msg.record()
+	r.status, r.at = e.status, e.failedAt
+	return r
+}
+
+// dlqSelection is the DLQ entries a list or bulk request names: by dlqIds
+// (every one of them, in the order given), or else by filters, one page of
+// count at a time from cursor.
+type dlqSelection struct {
+	byID    bool
+	ids     []string
+	missing []string // named dlqIds the DLQ does not hold
+	entries []*dlqEntry
+	cursor  string // where the next page starts, "" at the end
+}
+
+// selectDLQLocked picks the entries of a request. strict refuses unknown
+// query parameters, for the destructive requests.
+func (s *Server) selectDLQLocked(q url.Values, ids []string, byID bool, strict bool) (*dlqSelection, *apiError) {
+	sel := &dlqSelection{byID: byID, ids: ids}
+	if byID {
+		for _, id := range ids {
+			if e, ok := s.dlq.byID[id]; ok {
+				sel.entries = append(sel.entries, e)
+			} else {
+				sel.missing = append(sel.missing, id)
 			}
 		}
-		s.signalChangeLocked()
-		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]int{"deleted": n})
-		return
-	default:
-		methodNotAllowed(w, http.MethodGet, http.MethodDelete)
-		return
+		return sel, nil
 	}
-
-	q := r.URL.Query()
+	if strict {
+		for _, p := range []string{"host", "path"} {
+			if q.Has(p) {
+				return nil, badRequest("the DLQ cannot be filtered by %s: use url", p)
+			}
+		}
+	}
+	f, aerr := parseFilters(q, dlqFilters, "dlqIds", strict)
+	if aerr != nil {
+		return nil, aerr
+	}
 	count, err := countParam(q.Get("count"), 100)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	from, to, err := dateRange(q.Get("fromDate"), q.Get("toDate"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
-		return
+		return nil, badRequest("%v", err)
 	}
 	var cursor uint64
 	if c := q.Get("cursor"); c != "" {
 		if cursor, err = strconv.ParseUint(c, 10, 64); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid cursor: pass back the cursor of a previous answer")
-			return
-		}
-	}
-	status := 0
-	if v := q.Get("responseStatus"); v != "" {
-		if status, err = strconv.Atoi(v); err != nil {
-			writeError(w, http.StatusBadRequest, "responseStatus must be an integer")
-			return
+			return nil, badRequest("invalid cursor: pass back the cursor of a previous answer")
 		}
 	}
 	latest := false
@@ -230,23 +230,8 @@ func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request) {
 	case "latestFirst":
 		latest = true
 	default:
-		writeError(w, http.StatusBadRequest, "order must be earliestFirst or latestFirst")
-		return
+		return nil, badRequest("order must be earliestFirst or latestFirst")
 	}
-	match := func(e *dlqEntry) bool {
-		m := e.msg
-		return eq(q.Get("messageId"), m.id) && eq(q.Get("url"), m.url) &&
-			eq(q.Get("topicName"), m.group) && eq(q.Get("queueName"), m.queueName) &&
-			eq(q.Get("label"), m.label) && eq(q.Get("callerIp"), m.callerIP) &&
-			(status == 0 || status == e.status) && inRange(e.failedAt, from, to)
-	}
-
-	resp := struct {
-		Cursor   string    `json:"cursor,omitempty"`
-		Messages []wireDLQ `json:"messages"`
-	}{Messages: []wireDLQ{}}
-	var picked []*dlqEntry
-	s.mu.Lock()
 	n := len(s.dlq.entries)
 	for i := range n {
 		e := s.dlq.entries[i]
@@ -256,24 +241,79 @@ func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request) {
 		if cursor != 0 && (!latest && e.seq < cursor || latest && e.seq > cursor) {
 			continue
 		}
-		if !match(e) {
+		if !f.match(e.record()) {
 			continue
 		}
-		if len(picked) == count {
-			resp.Cursor = strconv.FormatUint(e.seq, 10)
+		if len(sel.entries) == count {
+			sel.cursor = strconv.FormatUint(e.seq, 10)
 			break
 		}
-		picked = append(picked, e)
+		sel.entries = append(sel.entries, e)
 	}
-	snaps := make([]DLQEntry, len(picked))
-	for i, e := range picked {
-		snaps[i] = e.snapshot()
+	return sel, nil
+}
+
+// handleDLQList serves GET /v2/dlq (count ≤ 100, cursor, order
+// earliestFirst|latestFirst, dlqIds, and the filters of dlqFilters with
+// fromDate and toDate) and DELETE /v2/dlq, the bulk delete → {"deleted": n,
+// "cursor"?}: the entries named by dlqIds (query parameters, or a JSON
+// body {"dlqIds": [...]}), else those matching the filters, else all, a
+// page of count (100) at a time.
+func (s *Server) handleDLQList(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	switch r.Method {
+	case http.MethodGet:
+		ids, byID, ok := s.bulkIDs(w, r, "dlqIds")
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		sel, aerr := s.selectDLQLocked(q, ids, byID, false)
+		var snaps []DLQEntry
+		if aerr == nil {
+			snaps = make([]DLQEntry, len(sel.entries))
+			for i, e := range sel.entries {
+				snaps[i] = e.snapshot()
+			}
+		}
+		s.mu.Unlock()
+		if aerr != nil {
+			writeAPIError(w, aerr)
+			return
+		}
+		resp := struct {
+			Cursor   string    `json:"cursor,omitempty"`
+			Messages []wireDLQ `json:"messages"`
+		}{Cursor: sel.cursor, Messages: make([]wireDLQ, 0, len(snaps))}
+		for _, e := range snaps {
+			resp.Messages = append(resp.Messages, toWireDLQ(e))
+		}
+		writeJSON(w, http.StatusOK, resp)
+	case http.MethodDelete:
+		ids, byID, ok := s.bulkIDs(w, r, "dlqIds")
+		if !ok {
+			return
+		}
+		s.mu.Lock()
+		sel, aerr := s.selectDLQLocked(q, ids, byID, true)
+		if aerr == nil {
+			for _, e := range sel.entries {
+				s.dlq.remove(e.id)
+			}
+			s.signalChangeLocked()
+		}
+		s.mu.Unlock()
+		if aerr != nil {
+			writeAPIError(w, aerr)
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Deleted int    `json:"deleted"`
+			Cursor  string `json:"cursor,omitempty"`
+		}{len(sel.entries), sel.cursor})
+	default:
+		methodNotAllowed(w, http.MethodGet, http.MethodDelete)
 	}
-	s.mu.Unlock()
-	for _, e := range snaps {
-		resp.Messages = append(resp.Messages, toWireDLQ(e))
-	}
-	writeJSON(w, http.StatusOK, resp)
 }
 
 // handleDLQEntry serves GET and DELETE /v2/dlq/{id}.
@@ -308,7 +348,9 @@ func (s *Server) handleDLQEntry(w http.ResponseWriter, r *http.Request, id strin
 }
 
 // handleDLQRetry serves POST /v2/dlq/retry/{id} → 201 {"messageId"} and
-// POST /v2/dlq/retry with {"dlqIds":[...]} → {"responses":[{"messageId"}]}.
+// the bulk retry POST /v2/dlq/retry → 201 {"responses": [{"messageId"}],
+// "cursor"?}, which selects entries as the bulk delete does. A dlqId the
+// DLQ does not hold answers 404 and retries nothing.
 func (s *Server) handleDLQRetry(w http.ResponseWriter, r *http.Request, id string) {
 	if r.Method != http.MethodPost {
 		methodNotAllowed(w, http.MethodPost)
@@ -323,32 +365,33 @@ func (s *Server) handleDLQRetry(w http.ResponseWriter, r *http.Request, id strin
 		writeJSON(w, http.StatusCreated, map[string]string{"messageId": msgID})
 		return
 	}
-	var req struct {
-		DlqIDs []string `json:"dlqIds"`
-	}
-	body, ok := s.readBody(w, r, 1<<20)
+	ids, byID, ok := s.bulkIDs(w, r, "dlqIds")
 	if !ok {
 		return
 	}
-	if err := json.Unmarshal(body, &req); err != nil || len(req.DlqIDs) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid JSON body: expected {\"dlqIds\":[...]}")
-		return
-	}
 	type result struct {
-		MessageID string `json:"messageId,omitempty"`
-		Error     string `json:"error,omitempty"`
+		MessageID string `json:"messageId"`
 	}
 	out := struct {
+		Cursor    string   `json:"cursor,omitempty"`
 		Responses []result `json:"responses"`
-	}{}
+	}{Responses: []result{}}
 	s.mu.Lock()
-	for _, id := range req.DlqIDs {
-		if msgID, ok := s.retryDLQLocked(id); ok {
+	sel, aerr := s.selectDLQLocked(r.URL.Query(), ids, byID, true)
+	if aerr == nil && len(sel.missing) > 0 {
+		aerr = &apiError{status: http.StatusNotFound, msg: "dlq messages not found: " + strings.Join(sel.missing, ", ") + "; nothing was retried"}
+	}
+	if aerr == nil {
+		out.Cursor = sel.cursor
+		for _, e := range sel.entries {
+			msgID, _ := s.retryDLQLocked(e.id)
 			out.Responses = append(out.Responses, result{MessageID: msgID})
-		} else {
-			out.Responses = append(out.Responses, result{Error: "dlq message " + id + " not found"})
 		}
 	}
 	s.mu.Unlock()
+	if aerr != nil {
+		writeAPIError(w, aerr)
+		return
+	}
 	writeJSON(w, http.StatusCreated, out)
 }

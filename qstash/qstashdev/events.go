@@ -17,8 +17,10 @@ const (
 	StateRetry           = "RETRY"
 	StateFailed          = "FAILED"
 	StateCancelRequested = "CANCEL_REQUESTED"
-	// StateCancelled is spelled as in QStash's API documentation and the JS
-	// SDK; the Go SDK v1.0.0's constant says "CANCELED".
+	// StateCancelled is spelled as in QStash's API reference (the events
+	// and logs endpoints answer CANCELLED). The SDKs disagree with it: the
+	// TypeScript SDK's State type and the Go SDK v1.0.0's constant say
+	// "CANCELED". A state filter takes either spelling.
 	StateCancelled = "CANCELLED"
 )
 
@@ -44,6 +46,12 @@ type Event struct {
 	EndpointName string
 	QueueName    string
 	Label        string
+	// Labels are all the message's labels (Label is the first).
+	Labels []string
+	// ScheduleID, FlowControlKey and CallerIP are the message's, if set.
+	ScheduleID     string
+	FlowControlKey string
+	CallerIP       string
 	// ResponseStatus is the destination's status for DELIVERED, ERROR and
 	// FAILED (0 when no response came).
 	ResponseStatus int
@@ -68,6 +76,16 @@ func (l *eventLog) add(e Event) {
 	l.head = (l.head + 1) % l.max
 }
 
+// oldestFirst calls f on events from oldest to newest until f returns false.
+func (l *eventLog) oldestFirst(f func(*Event) bool) {
+	n := len(l.buf)
+	for i := 0; i < n; i++ {
+		if !f(&l.buf[(l.head+i)%n]) {
+			return
+		}
+	}
+}
+
 // newestFirst calls f on events from newest to oldest until f returns false.
 func (l *eventLog) newestFirst(f func(*Event) bool) {
 	n := len(l.buf)
@@ -90,7 +108,11 @@ func (s *Server) recordLocked(m *message, state string, now time.Time, errText s
 		URLGroup:         m.group,
 		EndpointName:     m.endpointName,
 		QueueName:        m.queueName,
-		Label:            m.label,
+		Label:            firstLabel(m.labels),
+		Labels:           m.labels,
+		ScheduleID:       m.scheduleID,
+		FlowControlKey:   m.fcKey,
+		CallerIP:         m.callerIP,
 		ResponseStatus:   status,
 	})
 	s.signalChangeLocked()
@@ -120,23 +142,44 @@ func (s *Server) MessageEvents(id string) []Event {
 }
 
 type wireEvent struct {
-	Time             int64  `json:"time"`
-	MessageID        string `json:"messageId"`
-	State            string `json:"state"`
-	Error            string `json:"error,omitempty"`
-	NextDeliveryTime int64  `json:"nextDeliveryTime,omitempty"`
-	URL              string `json:"url"`
-	TopicName        string `json:"topicName,omitempty"`
-	EndpointName     string `json:"endpointName,omitempty"`
-	QueueName        string `json:"queueName,omitempty"`
-	Label            string `json:"label,omitempty"`
-	ResponseStatus   int    `json:"responseStatus,omitempty"`
+	Time             int64    `json:"time"`
+	MessageID        string   `json:"messageId"`
+	State            string   `json:"state"`
+	Error            string   `json:"error,omitempty"`
+	NextDeliveryTime int64    `json:"nextDeliveryTime,omitempty"`
+	URL              string   `json:"url"`
+	TopicName        string   `json:"topicName,omitempty"`
+	EndpointName     string   `json:"endpointName,omitempty"`
+	QueueName        string   `json:"queueName,omitempty"`
+	ScheduleID       string   `json:"scheduleId,omitempty"`
+	FlowControlKey   string   `json:"flowControlKey,omitempty"`
+	Label            string   `json:"label,omitempty"`
+	Labels           []string `json:"labels,omitempty"`
+	ResponseStatus   int      `json:"responseStatus,omitempty"`
 }
 
-// handleEvents serves GET /v2/events: newest first, count (default and
-// maximum 1000), cursor, and filters messageId, state, url, topicName,
-// queueName, label, fromDate, toDate (unix ms, inclusive).
-func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+// eventFilters are the log's filters. messageId, like messageIds, may be
+// given several times.
+var eventFilters = []string{"messageId", "state", "url", "topicName", "urlGroup", "scheduleId",
+	"queueName", "label", "flowControlKey", "callerIp", "callerIP", "host", "path"}
+
+func (e *Event) record() *record {
+	return &record{messageID: e.MessageID, url: e.URL, group: e.URLGroup, queue: e.QueueName,
+		fcKey: e.FlowControlKey, callerIP: e.CallerIP, scheduleID: e.ScheduleID, state: e.State,
+		labels: e.Labels, status: e.ResponseStatus, at: e.Time}
+}
+
+// handleEvents serves GET /v2/events, and GET /v2/logs, its new name,
+// whose answer calls the list "logs": newest first unless order is
+// earliestFirst, count (default and maximum 1000), cursor, messageIds
+// (repeated: any of them), and the filters of eventFilters with fromDate
+// and toDate (unix ms, inclusive). state takes IN_PROGRESS (ACTIVE, RETRY
+// or ERROR) and CANCELED (the TypeScript SDK's spelling of CANCELLED).
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, listKey string) {
+	if r.Method != http.MethodGet {
+		methodNotAllowed(w, http.MethodGet)
+		return
+	}
 	q := r.URL.Query()
 	count, err := countParam(q.Get("count"), 1000)
 	if err != nil {
@@ -150,43 +193,64 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	from, to, err := dateRange(q.Get("fromDate"), q.Get("toDate"))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+	f, aerr := parseFilters(q, eventFilters, "messageIds", false)
+	if aerr != nil {
+		writeAPIError(w, aerr)
 		return
 	}
-	match := func(e *Event) bool {
-		return (cursor == 0 || e.Seq <= cursor) &&
-			eq(q.Get("messageId"), e.MessageID) && eq(q.Get("state"), e.State) &&
-			eq(q.Get("url"), e.URL) && eq(q.Get("topicName"), e.URLGroup) &&
-			eq(q.Get("queueName"), e.QueueName) && eq(q.Get("label"), e.Label) &&
-			inRange(e.Time, from, to)
+	if raw, ok := q["messageIds"]; ok {
+		ids, aerr := queryValues("messageIds", raw, true)
+		if aerr != nil {
+			writeAPIError(w, aerr)
+			return
+		}
+		f.vals["messageId"] = append(f.vals["messageId"], ids...)
 	}
-	resp := struct {
-		Cursor string      `json:"cursor,omitempty"`
-		Events []wireEvent `json:"events"`
-	}{Events: []wireEvent{}}
+	earliest := false
+	switch q.Get("order") {
+	case "", "latestFirst":
+	case "earliestFirst":
+		earliest = true
+	default:
+		writeError(w, http.StatusBadRequest, "order must be earliestFirst or latestFirst")
+		return
+	}
+	var cursorOut string
+	events := []wireEvent{}
 	s.mu.Lock()
-	s.events.newestFirst(func(e *Event) bool {
-		if !match(e) {
+	visit := func(e *Event) bool {
+		if cursor != 0 && (!earliest && e.Seq > cursor || earliest && e.Seq < cursor) {
 			return true
 		}
-		if len(resp.Events) == count {
-			resp.Cursor = strconv.FormatUint(e.Seq, 10)
+		if !f.match(e.record()) {
+			return true
+		}
+		if len(events) == count {
+			cursorOut = strconv.FormatUint(e.Seq, 10)
 			return false
 		}
 		we := wireEvent{
 			Time: e.Time.UnixMilli(), MessageID: e.MessageID, State: e.State, Error: e.Error,
 			URL: e.URL, TopicName: e.URLGroup, EndpointName: e.EndpointName,
-			QueueName: e.QueueName, Label: e.Label, ResponseStatus: e.ResponseStatus,
+			QueueName: e.QueueName, ScheduleID: e.ScheduleID, FlowControlKey: e.FlowControlKey,
+			Label: e.Label, Labels: e.Labels, ResponseStatus: e.ResponseStatus,
 		}
 		if !e.NextDeliveryTime.IsZero() {
 			we.NextDeliveryTime = e.NextDeliveryTime.UnixMilli()
 		}
-		resp.Events = append(resp.Events, we)
+		events = append(events, we)
 		return true
-	})
+	}
+	if earliest {
+		s.events.oldestFirst(visit)
+	} else {
+		s.events.newestFirst(visit)
+	}
 	s.mu.Unlock()
+	resp := map[string]any{listKey: events}
+	if cursorOut != "" {
+		resp["cursor"] = cursorOut
+	}
 	writeJSON(w, http.StatusOK, resp)
 }
 

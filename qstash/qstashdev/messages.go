@@ -2,7 +2,6 @@ package qstashdev
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"net/http"
 	"sort"
 	"time"
@@ -49,8 +48,18 @@ type Message struct {
 	FailureCallback string
 	// CallerIP is the publisher's address.
 	CallerIP string
-	// Label is Upstash-Label, a filter for events and the DLQ.
+	// Label is the first label of Upstash-Label, a filter for events and
+	// the DLQ (QStash's deprecated "label" field).
 	Label string
+	// Labels are every label of Upstash-Label, which separates them with
+	// commas ("a,b" is two labels). Each is a filter of its own.
+	Labels []string
+	// ScheduleID is the schedule that created the message, if one did.
+	ScheduleID string
+	// RedactFields is Upstash-Redact-Fields as parsed: what the REST API
+	// shows as REDACTED:<sha256> instead of its value. This snapshot, a Go
+	// API for tests, holds the real values.
+	RedactFields []string
 	// RetryDelay is the Upstash-Retry-Delay expression.
 	RetryDelay string
 	// Timeout is Upstash-Timeout (zero: Config.Timeout).
@@ -95,7 +104,8 @@ func (m *message) snapshotFixed() Message {
 		Queue: m.queueName, Method: m.method, Header: m.header.Clone(),
 		Body: append([]byte(nil), m.body...), MaxRetries: m.maxRetries,
 		NotBefore: m.notBefore, CreatedAt: m.createdAt, Callback: m.callback,
-		FailureCallback: m.failureCallback, CallerIP: m.callerIP, Label: m.label,
+		FailureCallback: m.failureCallback, CallerIP: m.callerIP, Label: firstLabel(m.labels),
+		Labels: append([]string(nil), m.labels...), ScheduleID: m.scheduleID, RedactFields: m.redact.fields(),
 		Timeout: m.timeout, FlowControlKey: m.fcKey, Parallelism: m.fcPar,
 		Rate: m.fcRate, SourceMessageID: m.sourceMsgID,
 	}
@@ -165,7 +175,9 @@ type wireMessage struct {
 	FailureCallback      string `json:"failureCallback,omitempty"`
 	CallerIP             string `json:"callerIP,omitempty"`
 	QueueName            string `json:"queueName,omitempty"`
-	Label                string `json:"label,omitempty"`
+	Label                string   `json:"label,omitempty"`
+	Labels               []string `json:"labels,omitempty"`
+	ScheduleID           string   `json:"scheduleId,omitempty"`
 	RetryDelayExpression string `json:"retryDelayExpression,omitempty"`
 	Timeout              int64  `json:"timeout,omitempty"` // seconds
 	FlowControlKey       string `json:"flowControlKey,omitempty"`
@@ -181,7 +193,8 @@ func toWire(m Message) wireMessage {
 		EndpointName: m.EndpointName, Method: m.Method, Header: m.Header,
 		MaxRetries: m.MaxRetries, Retried: m.Retried, CreatedAt: m.CreatedAt.UnixMilli(),
 		Callback: m.Callback, FailureCallback: m.FailureCallback, CallerIP: m.CallerIP,
-		QueueName: m.Queue, Label: m.Label, RetryDelayExpression: m.RetryDelay,
+		QueueName: m.Queue, Label: m.Label, Labels: m.Labels, ScheduleID: m.ScheduleID,
+		RetryDelayExpression: m.RetryDelay,
 		Timeout: int64(m.Timeout / time.Second), FlowControlKey: m.FlowControlKey,
 		Parallelism: m.Parallelism, Rate: m.Rate, Period: int64(m.Period / time.Second),
 		State: m.State,
@@ -190,6 +203,11 @@ func toWire(m Message) wireMessage {
 		w.Header = http.Header{}
 	}
 	w.Body, w.BodyBase64 = textOrBase64(m.Body)
+	red := redactionOf(m.RedactFields)
+	w.Header = red.header(w.Header)
+	if red.body {
+		w.Body, w.BodyBase64 = redacted(m.Body), ""
+	}
 	if !m.NotBefore.IsZero() {
 		w.NotBefore = m.NotBefore.UnixMilli()
 	}
@@ -203,7 +221,9 @@ func textOrBase64(b []byte) (text, b64 string) {
 	return "", base64.StdEncoding.EncodeToString(b)
 }
 
-// handleMessage serves GET and DELETE /v2/messages/{id}.
+// handleMessage serves GET and DELETE /v2/messages/{id}. A cancel answers
+// 202 {"cancelled": 1}: the TypeScript SDK's messages.cancel(id) parses
+// the answer as JSON.
 func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request, id string) {
 	switch r.Method {
 	case http.MethodGet:
@@ -218,50 +238,69 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request, id string
 			writeError(w, http.StatusNotFound, "message "+id+" not found")
 			return
 		}
-		w.WriteHeader(http.StatusAccepted)
+		writeJSON(w, http.StatusAccepted, map[string]int{"cancelled": 1})
 	default:
 		methodNotAllowed(w, http.MethodGet, http.MethodDelete)
 	}
 }
 
-// handleMessages serves DELETE /v2/messages: {"messageIds":[...]} cancels
-// those, an empty body cancels all; answers {"cancelled": n}.
+// cancelFilters are the filters of a bulk cancel, per the API reference.
+var cancelFilters = []string{"topicName", "urlGroup", "queueName", "url", "host", "path", "label",
+	"flowControlKey", "scheduleId", "callerIp", "callerIP"}
+
+// handleMessages serves DELETE /v2/messages, the bulk cancel, answering
+// 202 {"cancelled": n}. It cancels, in this order of precedence:
+//   - the messages named by messageIds, as repeated query parameters (the
+//     TypeScript SDK and the API reference) or in a JSON body
+//     {"messageIds": [...]} (the Go SDK), and only those;
+//   - else those matching the filters in the query;
+//   - else, with neither, every pending message.
+//
+// A query parameter that is neither an ID nor a known filter is refused
+// with 400, and so is an empty value: a typo must never widen the cancel
+// to every message.
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodDelete {
 		methodNotAllowed(w, http.MethodDelete)
 		return
 	}
-	var req struct {
-		MessageIDs []string `json:"messageIds"`
-	}
-	body, ok := s.readBody(w, r, 1<<20)
-	if !ok {
+	f, aerr := parseFilters(r.URL.Query(), cancelFilters, "messageIds", true)
+	if aerr != nil {
+		writeAPIError(w, aerr)
 		return
 	}
-	if len(body) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			writeError(w, http.StatusBadRequest, "invalid JSON body: expected {\"messageIds\":[...]}")
-			return
-		}
+	ids, byID, ok := s.bulkIDs(w, r, "messageIds")
+	if !ok {
+		return
 	}
 	s.mu.Lock()
 	now := s.clock.Now()
 	n := 0
-	if len(body) == 0 || req.MessageIDs == nil {
-		for _, m := range s.messages {
-			if !m.cancelRequested {
-				s.cancelLocked(m, now)
-				n++
-			}
-		}
-	} else {
-		for _, id := range req.MessageIDs {
+	if byID {
+		for _, id := range ids {
 			if m, ok := s.messages[id]; ok && !m.cancelRequested {
 				s.cancelLocked(m, now)
 				n++
 			}
 		}
+	} else {
+		var picked []*message
+		for _, m := range s.messages {
+			if !m.cancelRequested && f.match(m.record()) {
+				picked = append(picked, m)
+			}
+		}
+		for _, m := range picked {
+			s.cancelLocked(m, now)
+		}
+		n = len(picked)
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]int{"cancelled": n})
+	writeJSON(w, http.StatusAccepted, map[string]int{"cancelled": n})
+}
+
+// record is what filters see of a message; its time is its creation.
+func (m *message) record() *record {
+	return &record{messageID: m.id, url: m.url, group: m.group, queue: m.queueName, fcKey: m.fcKey,
+		callerIP: m.callerIP, scheduleID: m.scheduleID, labels: m.labels, at: m.createdAt}
 }

@@ -41,7 +41,10 @@ type publishSpec struct {
 	fcPeriod   time.Duration
 	fcSet      bool // Upstash-Flow-Control-Value was given
 	label      string
+	labels     []string
+	redact     redaction
 	callerIP   string
+	scheduleID string // set when a schedule publishes
 	size       int64 // counted against MaxPendingBytes, per message
 }
 
@@ -158,6 +161,12 @@ func parseSpec(h http.Header, body []byte, dest, queue, callerIP string) (*publi
 	sp.label = h.Get("Upstash-Label")
 	if aerr := checkLen("Upstash-Label", sp.label, maxOptionBytes); aerr != nil {
 		return nil, aerr
+	}
+	sp.labels = parseLabels(sp.label)
+	if v := h.Get("Upstash-Redact-Fields"); v != "" {
+		if sp.redact, err = parseRedaction(v); err != nil {
+			return nil, badRequest("Upstash-Redact-Fields: %v", err)
+		}
 	}
 	if id := h.Get("Upstash-Deduplication-Id"); id != "" {
 		if aerr := checkLen("Upstash-Deduplication-Id", id, maxOptionBytes); aerr != nil {
@@ -372,7 +381,8 @@ func (s *Server) submitLocked(sp *publishSpec, now time.Time) (res []publishResu
 			id: s.ids.messageID(), url: t.URL, endpointName: t.Name, queue: q, queueName: sp.queue,
 			method: sp.method, header: sp.header, body: sp.body, maxRetries: sp.maxRetries,
 			retryDelay: sp.retryDelay, timeout: sp.timeout, notBefore: notBefore, createdAt: now,
-			callerIP: sp.callerIP, label: sp.label, callback: sp.callback, failureCallback: sp.failureCB,
+			callerIP: sp.callerIP, label: sp.label, labels: sp.labels, redact: sp.redact,
+			scheduleID: sp.scheduleID, callback: sp.callback, failureCallback: sp.failureCB,
 			callbackOpts: sp.cbOpts, failureOpts: sp.fcbOpts, size: sp.size + int64(len(t.URL)),
 			fcKey: sp.fcKey, fcPar: sp.fcPar, fcRate: sp.fcRate, fcPeriod: sp.fcPeriod,
 		}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/outboxkit/outboxkit/internal/qregion"
 )
 
 // ErrClosed is returned by WaitIdle and WaitFor once the server is shut down.
@@ -31,6 +33,7 @@ type Server struct {
 	signer    atomic.Pointer[signer] // the current key's signer
 	allowed   []originKey            // Config.AllowedOrigins, parsed
 	dlqIDs    atomic.Uint64
+	region    string // the Upstash-Region header of deliveries
 
 	// ctx is cancelled by Close (or an expired Shutdown) to abort attempts
 	// in flight.
@@ -91,6 +94,8 @@ func New(cfg Config) (*Server, error) {
 		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ, maxBytes: cfg.MaxDLQBytes},
 	}
 	s.allowed, _ = parseAllowedOrigins(cfg.AllowedOrigins) // validated above
+	region, _ := qregion.Normalize(cfg.Region)             // validated above
+	s.region = qregion.Header(region)
 	s.workCond = sync.NewCond(&s.mu)
 	s.signer.Store(newSigner(cfg.CurrentSigningKey))
 	s.ctx, s.cancel = context.WithCancel(context.Background())

@@ -43,7 +43,10 @@ type message struct {
 	notBefore    time.Time // first delivery not before; zero: at once
 	createdAt    time.Time
 	callerIP     string
-	label        string
+	label        string   // Upstash-Label as sent
+	labels       []string // label split at commas: each is a filter
+	scheduleID   string   // the schedule that created the message, if any
+	redact       redaction
 
 	callback        string
 	failureCallback string

@@ -165,26 +165,26 @@ type wireMessage struct {
 	Method       string      `json:"method"`
 	Header       http.Header `json:"header"`
 	// Body holds UTF-8 bodies; others travel base64-encoded in BodyBase64.
-	Body                 string `json:"body,omitempty"`
-	BodyBase64           string `json:"bodyBase64,omitempty"`
-	MaxRetries           int    `json:"maxRetries"`
-	Retried              int    `json:"retried,omitempty"`
-	NotBefore            int64  `json:"notBefore"`
-	CreatedAt            int64  `json:"createdAt"`
-	Callback             string `json:"callback,omitempty"`
-	FailureCallback      string `json:"failureCallback,omitempty"`
-	CallerIP             string `json:"callerIP,omitempty"`
-	QueueName            string `json:"queueName,omitempty"`
+	Body                 string   `json:"body,omitempty"`
+	BodyBase64           string   `json:"bodyBase64,omitempty"`
+	MaxRetries           int      `json:"maxRetries"`
+	Retried              int      `json:"retried,omitempty"`
+	NotBefore            int64    `json:"notBefore"`
+	CreatedAt            int64    `json:"createdAt"`
+	Callback             string   `json:"callback,omitempty"`
+	FailureCallback      string   `json:"failureCallback,omitempty"`
+	CallerIP             string   `json:"callerIP,omitempty"`
+	QueueName            string   `json:"queueName,omitempty"`
 	Label                string   `json:"label,omitempty"`
 	Labels               []string `json:"labels,omitempty"`
 	ScheduleID           string   `json:"scheduleId,omitempty"`
-	RetryDelayExpression string `json:"retryDelayExpression,omitempty"`
-	Timeout              int64  `json:"timeout,omitempty"` // seconds
-	FlowControlKey       string `json:"flowControlKey,omitempty"`
-	Parallelism          int    `json:"parallelism,omitempty"`
-	Rate                 int    `json:"rate,omitempty"`
-	Period               int64  `json:"period,omitempty"` // seconds
-	State                string `json:"state,omitempty"`
+	RetryDelayExpression string   `json:"retryDelayExpression,omitempty"`
+	Timeout              int64    `json:"timeout,omitempty"` // seconds
+	FlowControlKey       string   `json:"flowControlKey,omitempty"`
+	Parallelism          int      `json:"parallelism,omitempty"`
+	Rate                 int      `json:"rate,omitempty"`
+	Period               int64    `json:"period,omitempty"` // seconds
+	State                string   `json:"state,omitempty"`
 }
 
 func toWire(m Message) wireMessage {
@@ -195,7 +195,7 @@ func toWire(m Message) wireMessage {
 		Callback: m.Callback, FailureCallback: m.FailureCallback, CallerIP: m.CallerIP,
 		QueueName: m.Queue, Label: m.Label, Labels: m.Labels, ScheduleID: m.ScheduleID,
 		RetryDelayExpression: m.RetryDelay,
-		Timeout: int64(m.Timeout / time.Second), FlowControlKey: m.FlowControlKey,
+		Timeout:              int64(m.Timeout / time.Second), FlowControlKey: m.FlowControlKey,
 		Parallelism: m.Parallelism, Rate: m.Rate, Period: int64(m.Period / time.Second),
 		State: m.State,
 	}

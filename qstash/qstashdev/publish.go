@@ -45,7 +45,7 @@ type publishSpec struct {
 	redact     redaction
 	callerIP   string
 	scheduleID string // set when a schedule publishes
-	size       int64 // counted against MaxPendingBytes, per message
+	size       int64  // counted against MaxPendingBytes, per message
 }
 
 // apiError is a request error answered as {"error": msg}.

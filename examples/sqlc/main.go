@@ -98,21 +98,42 @@ func run(ctx context.Context, dsn, schema string, out io.Writer) error {
 		return err
 	}
 
+	pgxQueries, sqlQueries := pgxdb.New(pool), sqldb.New(db)
 	var committed, rolledBack []core.ID
 	for _, commit := range []bool{true, false} {
-		id, err := placeOrderPgx(ctx, pool, store, "ada", commit)
+		ids := &rolledBack
+		if commit {
+			ids = &committed
+		}
+		// pgx: the queries and Add in one pgx.Tx.
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		id, err := placeOrderPgx(ctx, tx, pgxQueries, store, "ada")
+		if err == nil && commit {
+			err = tx.Commit(ctx)
+		}
+		_ = tx.Rollback(ctx) // a no-op after Commit
 		if err != nil {
 			return fmt.Errorf("pgx: %w", err)
 		}
-		id2, err := placeOrderSQL(ctx, db, store, "grace", commit)
+		*ids = append(*ids, id)
+
+		// database/sql: the queries and Add in one *sql.Tx.
+		sqlTx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		id, err = placeOrderSQL(ctx, sqlTx, sqlQueries, store, "grace")
+		if err == nil && commit {
+			err = sqlTx.Commit()
+		}
+		_ = sqlTx.Rollback() // a no-op after Commit
 		if err != nil {
 			return fmt.Errorf("database/sql: %w", err)
 		}
-		if commit {
-			committed = append(committed, id, id2)
-		} else {
-			rolledBack = append(rolledBack, id, id2)
-		}
+		*ids = append(*ids, id)
 	}
 
 	orders, err := pgxdb.New(pool).CountOrders(ctx)
@@ -137,61 +158,31 @@ func run(ctx context.Context, dsn, schema string, out io.Writer) error {
 }
 
 // placeOrderPgx writes an order with the pgx/v5 queries and its event in
-// one pgx.Tx.
-func placeOrderPgx(ctx context.Context, pool *pgxpool.Pool, store *postgres.Store, customer string, commit bool) (core.ID, error) {
-	var eventID core.ID
-	tx, err := pool.Begin(ctx)
-	if err != nil {
-		return eventID, err
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-
-	queries := pgxdb.New(pool)
+// tx: both commit, or roll back, with it.
+func placeOrderPgx(ctx context.Context, tx pgx.Tx, queries *pgxdb.Queries, store *postgres.Store, customer string) (core.ID, error) {
 	id, err := queries.WithTx(tx).CreateOrder(ctx, pgxdb.CreateOrderParams{Customer: customer, TotalCents: 4200})
 	if err != nil {
-		return eventID, err
+		return core.ID{}, err
 	}
 	e, err := core.NewEvent("order.placed", orderPlaced{OrderID: id, Customer: customer})
 	if err != nil {
-		return eventID, err
+		return core.ID{}, err
 	}
-	if err := store.Add(ctx, tx, e); err != nil {
-		return eventID, err
-	}
-
-	if !commit {
-		return e.ID, tx.Rollback(ctx)
-	}
-	return e.ID, tx.Commit(ctx)
+	return e.ID, store.Add(ctx, tx, e)
 }
 
 // placeOrderSQL writes an order with the database/sql queries and its
-// event in one *sql.Tx.
-func placeOrderSQL(ctx context.Context, db *sql.DB, store *postgres.Store, customer string, commit bool) (core.ID, error) {
-	var eventID core.ID
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return eventID, err
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-
-	queries := sqldb.New(db)
+// event in tx: both commit, or roll back, with it.
+func placeOrderSQL(ctx context.Context, tx *sql.Tx, queries *sqldb.Queries, store *postgres.Store, customer string) (core.ID, error) {
 	id, err := queries.WithTx(tx).CreateOrder(ctx, sqldb.CreateOrderParams{Customer: customer, TotalCents: 4200})
 	if err != nil {
-		return eventID, err
+		return core.ID{}, err
 	}
 	e, err := core.NewEvent("order.placed", orderPlaced{OrderID: id, Customer: customer})
 	if err != nil {
-		return eventID, err
+		return core.ID{}, err
 	}
-	if err := store.Add(ctx, postgres.SQL(tx), e); err != nil {
-		return eventID, err
-	}
-
-	if !commit {
-		return e.ID, tx.Rollback()
-	}
-	return e.ID, tx.Commit()
+	return e.ID, store.Add(ctx, postgres.SQL(tx), e)
 }
 
 // setup recreates the schema with outboxkit's tables and the business

@@ -1,0 +1,75 @@
+package monitoring
+
+import "github.com/outboxkit/outboxkit/tracing"
+
+// Metric is one Prometheus metric family that a relay exporting the tracing
+// package's instruments through the OpenTelemetry Prometheus exporter
+// serves, under the name the exporter gives it.
+type Metric struct {
+	// Name is the family's Prometheus name: the instrument's name with dots
+	// turned into underscores, the unit's suffix ("s" becomes _seconds;
+	// annotations such as {event} add none) and _total for counters.
+	Name string
+	// Type is "gauge", "counter" or "histogram".
+	Type string
+	// Instrument is the OpenTelemetry instrument's name (tracing.Metric*).
+	Instrument string
+	// Unit is the instrument's UCUM unit.
+	Unit string
+	// Labels are the family's own labels, beside the tenant's (TenantLabels)
+	// and the exporter's otel_scope_* labels; attribute keys are spelled as
+	// the exporter spells them (dots become underscores).
+	Labels []string
+}
+
+// TenantLabels are the labels every outboxkit family carries in
+// `outboxctl relay`: which outbox table of which database the numbers
+// are about. Rules and panels aggregate by them.
+func TenantLabels() []string { return []string{"database", "schema", "table"} }
+
+// Metrics returns every family the rules and the dashboard may use, in a new
+// slice each call.
+func Metrics() []Metric {
+	return []Metric{
+		// Store gauges (tracing.RegisterStoreMetrics), read from the table at
+		// each scrape: every relay of a table reports the same values.
+		{Name: "outboxkit_events_pending", Type: "gauge", Instrument: tracing.MetricEventsPending, Unit: "{event}"},
+		{Name: "outboxkit_events_leased", Type: "gauge", Instrument: tracing.MetricEventsLeased, Unit: "{event}"},
+		{Name: "outboxkit_events_oldest_pending_age_seconds", Type: "gauge", Instrument: tracing.MetricOldestPendingAge, Unit: "s"},
+		{Name: "outboxkit_events_dead_lettered", Type: "gauge", Instrument: tracing.MetricEventsDeadLettered, Unit: "{event}"},
+		// Relay instruments (tracing.RelayHook), counted by each relay
+		// process for its own batches.
+		{Name: "outboxkit_events_settled_total", Type: "counter", Instrument: tracing.MetricEventsSettled, Unit: "{event}",
+			Labels: []string{"outboxkit_outcome", "cloudevents_event_type", "messaging_system"}},
+		{Name: "outboxkit_events_unsettled_total", Type: "counter", Instrument: tracing.MetricEventsUnsettled, Unit: "{event}",
+			Labels: []string{"outboxkit_outcome", "error_type", "messaging_system"}},
+		{Name: "outboxkit_events_attempts", Type: "histogram", Instrument: tracing.MetricEventAttempts, Unit: "{attempt}",
+			Labels: []string{"outboxkit_outcome", "messaging_system"}},
+		{Name: "outboxkit_publish_duration_seconds", Type: "histogram", Instrument: tracing.MetricPublishDuration, Unit: "s",
+			Labels: []string{"outboxkit_publish_result", "messaging_system"}},
+		{Name: "outboxkit_settle_errors_total", Type: "counter", Instrument: tracing.MetricSettleErrors, Unit: "{batch}",
+			Labels: []string{"error_type", "messaging_system"}},
+	}
+}
+
+// SeriesNames returns the sample names the family exposes: the name itself,
+// or for a histogram its _bucket, _sum and _count series.
+func (m Metric) SeriesNames() []string {
+	if m.Type == "histogram" {
+		return []string{m.Name + "_bucket", m.Name + "_sum", m.Name + "_count"}
+	}
+	return []string{m.Name}
+}
+
+// FamilyOf returns the family a sample name belongs to: the family itself,
+// or the histogram whose _bucket, _sum or _count series it is.
+func FamilyOf(series string) (Metric, bool) {
+	for _, m := range Metrics() {
+		for _, s := range m.SeriesNames() {
+			if s == series {
+				return m, true
+			}
+		}
+	}
+	return Metric{}, false
+}

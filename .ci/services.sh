@@ -139,6 +139,8 @@ pgbouncer_pid=/var/run/postgresql/pgbouncer-outboxkit.pid
 # pools share; max_client_conn is high because every parallel test's pool
 # is a client. replication is not in ignore_startup_parameters on purpose:
 # PgBouncer must refuse a replication connection, as it does in production.
+# server_login_retry is short so that, after PostgreSQL restarts, PgBouncer
+# does not refuse clients for its default 15 s.
 # test_one_server is the same database through a pool of one server
 # connection, where the tests make a prepared statement meet another
 # client's on purpose (postgres/pgbouncer_test.go).
@@ -162,6 +164,7 @@ max_client_conn = 2000
 default_pool_size = 20
 max_db_connections = 30
 server_idle_timeout = 30
+server_login_retry = 1
 ignore_startup_parameters = extra_float_digits
 logfile = /var/log/postgresql/pgbouncer-outboxkit.log
 pidfile = $pgbouncer_pid

@@ -171,7 +171,15 @@ pidfile = $pgbouncer_pid
 EOF
 }
 
-pid_alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# pid_alive pidfile: its process runs and is a PgBouncer (a stale pidfile's
+# number may have been reused by another process, which must not be
+# signalled).
+pid_alive() {
+  [ -s "$1" ] || return 1
+  local pid
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = pgbouncer ]
+}
 
 # stop_pid_file pidfile: stops the PgBouncer of that pidfile and waits for
 # it to exit (SIGINT: a safe shutdown, after the running queries).

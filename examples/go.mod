@@ -7,7 +7,6 @@ require github.com/outboxkit/outboxkit v0.0.0
 replace github.com/outboxkit/outboxkit => ..
 
 require (
-	entgo.io/ent v0.14.5
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-nats/v2 v2.1.3
 	github.com/jackc/pgx/v5 v5.12.0

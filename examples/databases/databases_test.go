@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"entgo.io/ent/dialect"
-	entsql "entgo.io/ent/dialect/sql"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // "pgx"
 	"github.com/jmoiron/sqlx"
@@ -209,16 +207,6 @@ func TestBun(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.wantPlaced(t, "o-5", 1)
-}
-
-func TestEnt(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, "postgres")
-	drv := entsql.OpenDB(dialect.Postgres, openDB(t, "postgres", f.url))
-	if err := PlaceOrderEnt(ctxT(t), drv, f.store, "o-6", 450); err != nil {
-		t.Fatal(err)
-	}
-	f.wantPlaced(t, "o-6", 1)
 }
 
 func TestPgBouncer(t *testing.T) {

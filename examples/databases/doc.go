@@ -1,6 +1,6 @@
 // Package databases holds the snippets of docs/DATABASES.md: outboxkit in
-// the transaction of database/sql, sqlx, GORM, bun and ent, and a pool
-// for PgBouncer. Each function is one snippet, compiled here and run by
+// the transaction of database/sql, sqlx, GORM and bun, and a pool for
+// PgBouncer. Each function is one snippet, compiled here and run by
 // this package's tests against the real PostgreSQL; internal/repocheck
 // fails when a snippet of the page is not, verbatim, in a compiled file.
 //

@@ -60,6 +60,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if d, ok := schedulesSegment(rest); ok && isScheduleCreate(r) {
+		s.handleScheduleCreate(w, r, destinationFrom(d, r.URL.RawQuery))
+		return
+	}
+
 	seg := strings.Split(strings.TrimSuffix(rest, "/"), "/")
 	for i, p := range seg {
 		if u, err := url.PathUnescape(p); err == nil {
@@ -101,8 +106,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.handleTopic(w, r, seg[1], "")
 	case seg[0] == "topics" && len(seg) == 3:
 		s.handleTopic(w, r, seg[1], seg[2])
-	case seg[0] == "schedules":
-		writeError(w, http.StatusNotImplemented, "schedules are not supported by qstashdev")
+	case strings.EqualFold(seg[0], "schedules"):
+		s.handleSchedules(w, r, seg)
 	default:
 		writeError(w, http.StatusNotFound, "unknown path "+path)
 	}

@@ -141,6 +141,9 @@ type Config struct {
 	// MaxURLGroups bounds the URL groups in the same way (412). Each group
 	// holds at most 1,000 endpoints. Defaults to 1,000.
 	MaxURLGroups int
+	// MaxSchedules bounds the schedules in the same way (412). Defaults to
+	// 1,000.
+	MaxSchedules int
 
 	// AllowedOrigins lists the origins (scheme://host[:port], such as
 	// http://localhost:3000) whose browser pages may call the API besides
@@ -243,6 +246,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxURLGroups == 0 {
 		c.MaxURLGroups = 1_000
 	}
+	if c.MaxSchedules == 0 {
+		c.MaxSchedules = 1_000
+	}
 	if c.Logger == nil {
 		c.Logger = logs.OrDefault(nil)
 	}
@@ -286,6 +292,7 @@ func (c Config) validate() error {
 		{"MaxPendingBytes", c.MaxPendingBytes},
 		{"MaxQueues", int64(c.MaxQueues)},
 		{"MaxURLGroups", int64(c.MaxURLGroups)},
+		{"MaxSchedules", int64(c.MaxSchedules)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s is negative: use a positive value, or 0 for the default", f.name))

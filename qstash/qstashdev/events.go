@@ -98,6 +98,9 @@ func (l *eventLog) newestFirst(f func(*Event) bool) {
 }
 
 func (s *Server) recordLocked(m *message, state string, now time.Time, errText string, next time.Time, status int) {
+	if m.scheduleID != "" {
+		s.noteScheduledLocked(m, state)
+	}
 	s.events.add(Event{
 		Time:             now,
 		MessageID:        m.id,

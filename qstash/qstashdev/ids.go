@@ -23,10 +23,14 @@ func newIDSource() *idSource {
 	return &idSource{prefix: randomBase62(8)}
 }
 
-func (s *idSource) messageID() string {
+func (s *idSource) messageID() string { return s.next("msg_") }
+
+func (s *idSource) scheduleID() string { return s.next("scd_") }
+
+func (s *idSource) next(kind string) string {
 	n := s.n.Add(1)
 	buf := make([]byte, 0, 32)
-	buf = append(buf, "msg_"...)
+	buf = append(buf, kind...)
 	buf = append(buf, s.prefix...)
 	// Fixed width keeps lexical order equal to creation order.
 	var digits [11]byte

@@ -59,6 +59,7 @@ type Server struct {
 	timerSeq     uint64
 	queues       map[string]*queue
 	groups       map[string]*urlGroup
+	schedules    map[string]*schedule
 	flows        map[string]*flowKey
 	urls         map[string]*url.URL // parsed destinations
 	dedup        dedupIndex
@@ -77,21 +78,22 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("qstashdev: invalid config: %w", err)
 	}
 	s := &Server{
-		cfg:      cfg,
-		clock:    cfg.Clock,
-		ids:      newIDSource(),
-		log:      cfg.Logger,
-		wake:     make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		keys:     SigningKeys{Current: cfg.CurrentSigningKey, Next: cfg.NextSigningKey},
-		messages: make(map[string]*message),
-		queues:   make(map[string]*queue),
-		groups:   make(map[string]*urlGroup),
-		flows:    make(map[string]*flowKey),
-		urls:     make(map[string]*url.URL),
-		dedup:    dedupIndex{entries: make(map[string]*dedupEntry), max: cfg.MaxDeduplicationKeys},
-		events:   eventLog{buf: make([]Event, 0, min(cfg.MaxEvents, 1024)), max: cfg.MaxEvents},
-		dlq:      dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ, maxBytes: cfg.MaxDLQBytes},
+		cfg:       cfg,
+		clock:     cfg.Clock,
+		ids:       newIDSource(),
+		log:       cfg.Logger,
+		wake:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		keys:      SigningKeys{Current: cfg.CurrentSigningKey, Next: cfg.NextSigningKey},
+		messages:  make(map[string]*message),
+		queues:    make(map[string]*queue),
+		groups:    make(map[string]*urlGroup),
+		schedules: make(map[string]*schedule),
+		flows:     make(map[string]*flowKey),
+		urls:      make(map[string]*url.URL),
+		dedup:     dedupIndex{entries: make(map[string]*dedupEntry), max: cfg.MaxDeduplicationKeys},
+		events:    eventLog{buf: make([]Event, 0, min(cfg.MaxEvents, 1024)), max: cfg.MaxEvents},
+		dlq:       dlqStore{byID: make(map[string]*dlqEntry), max: cfg.MaxDLQ, maxBytes: cfg.MaxDLQBytes},
 	}
 	s.allowed, _ = parseAllowedOrigins(cfg.AllowedOrigins) // validated above
 	region, _ := qregion.Normalize(cfg.Region)             // validated above

@@ -152,6 +152,7 @@ type timerItem struct {
 	seq uint64 // ties break in insertion order, keeping equal-time FIFO
 	m   *message
 	fc  *flowKey
+	sc  *schedule
 }
 
 type timerHeap []timerItem
@@ -401,6 +402,8 @@ func (s *Server) runDueLocked(now time.Time) {
 			it.fc.timerArmed = false
 			s.drainFlowLocked(it.fc, now)
 			s.pruneFlowLocked(it.fc, now)
+		case it.sc != nil:
+			s.fireScheduleLocked(it.sc, it.at, now)
 		}
 	}
 }

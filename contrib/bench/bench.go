@@ -209,6 +209,8 @@ func (b *bench) runDrain(ctx context.Context) error {
 					return b.drainCeiling(ctx, batch, false, prof)
 				case sysSQLDrain(driverPQ):
 					return b.drainOutboxkit(ctx, batch, kindSQLPQ, prof)
+				case sysSQLDrain(driverPQBinary):
+					return b.drainOutboxkit(ctx, batch, kindSQLPQBinary, prof)
 				case sysSQLDrain(driverStdlib):
 					return b.drainOutboxkit(ctx, batch, kindSQLStdlib, prof)
 				default:

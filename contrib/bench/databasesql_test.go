@@ -57,7 +57,7 @@ func TestSmokeDatabaseSQL(t *testing.T) {
 		}
 	}
 
-	for _, kind := range []relayKind{kindSQLPQ, kindSQLStdlib} {
+	for _, kind := range []relayKind{kindSQLPQ, kindSQLPQBinary, kindSQLStdlib} {
 		res, err := b.drainOutboxkit(ctx, 100, kind, "")
 		if err != nil {
 			t.Fatalf("drain on *sql.DB (%s): %v", kind.sqlDriver(), err)

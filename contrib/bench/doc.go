@@ -30,7 +30,8 @@
 // InsertTx, the libraries with their consumers running (write_insert.go).
 //
 // With -databasesql (databasesql.go) the write and drain workloads also
-// run through database/sql, with lib/pq and with pgx's stdlib driver:
+// run through database/sql, with lib/pq (its defaults, and
+// binary_parameters=yes) and with pgx's stdlib driver:
 // writers commit a *sql.Tx with the event added through postgres.SQL(tx),
 // and the relay drains a Store on a *sql.DB, beside the pgx cases of the
 // same run, with the ratios of each to pgx.

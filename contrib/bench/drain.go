@@ -42,6 +42,7 @@ const (
 	kindStoreDelete                  // the same with Config.DeletePublished
 	kindStoreAsync                   // kindStore, synchronous_commit=off on the relay's connections (a proposal)
 	kindSQLPQ                        // kindStore on a *sql.DB of lib/pq (databasesql.go)
+	kindSQLPQBinary                  // the same with lib/pq's binary_parameters=yes
 	kindSQLStdlib                    // kindStore on a *sql.DB of pgx's stdlib driver
 )
 
@@ -51,6 +52,8 @@ func (k relayKind) sqlDriver() string {
 	switch k {
 	case kindSQLPQ:
 		return driverPQ
+	case kindSQLPQBinary:
+		return driverPQBinary
 	case kindSQLStdlib:
 		return driverStdlib
 	}

@@ -68,7 +68,7 @@ func TestMigrateUpStatusDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := []int{1, 2, 3, 4, 5, 6, 7, 8}
+	all := []int{1, 2, 3, 4, 5, 6, 7, 8, 9}
 	if got := len(m.Migrations()); got != len(all) {
 		t.Fatalf("%d migrations, want %d", got, len(all))
 	}
@@ -91,8 +91,8 @@ func TestMigrateUpStatusDown(t *testing.T) {
 	}
 
 	got, err = m.Down(ctx, 2)
-	if err != nil || !slices.Equal(got, []int{8, 7, 6, 5, 4, 3}) {
-		t.Fatalf("Down(2) = %v, %v; want [8 7 6 5 4 3]", got, err)
+	if err != nil || !slices.Equal(got, []int{9, 8, 7, 6, 5, 4, 3}) {
+		t.Fatalf("Down(2) = %v, %v; want [9 8 7 6 5 4 3]", got, err)
 	}
 	if tableExists(t, pool, schema, "outbox_events_processed") || !tableExists(t, pool, schema, "outbox_events_aggregates") {
 		t.Fatal("Down(2) did not remove exactly migration 3's table")

@@ -65,6 +65,11 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if fc, ok := strings.CutPrefix(rest, "flowControl"); ok && (fc == "" || fc[0] == '/') {
+		s.handleFlowControl(w, r, strings.TrimSuffix(fc, "/"))
+		return
+	}
+
 	seg := strings.Split(strings.TrimSuffix(rest, "/"), "/")
 	for i, p := range seg {
 		if u, err := url.PathUnescape(p); err == nil {
@@ -90,6 +95,8 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.handleEvents(w, r, "events")
 	case seg[0] == "logs" && len(seg) == 1:
 		s.handleEvents(w, r, "logs")
+	case seg[0] == "globalParallelism" && len(seg) == 1:
+		s.handleGlobalParallelism(w, r)
 	case seg[0] == "keys" && len(seg) == 1:
 		s.handleKeys(w, r)
 	case seg[0] == "keys" && len(seg) == 2 && seg[1] == "rotate", seg[0] == "rotate" && len(seg) == 1:

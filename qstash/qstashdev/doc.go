@@ -3,7 +3,10 @@
 // way QStash does, and can be driven from tests. The official Go SDK
 // (github.com/upstash/qstash-go) works against it unchanged, and it
 // accepts the credentials of Upstash's own dev server, so tooling that
-// targets "QStash on localhost:8080" needs no changes.
+// targets "QStash on localhost:8080" needs no changes. So does the official
+// TypeScript SDK (@upstash/qstash 2.12.0, internal/interop/qstashts), whose
+// bulk requests send IDs and filters as query parameters. docs/QSTASHDEV.md
+// lists every API area with how it is tested and where qstashdev differs.
 //
 // # In a test
 //
@@ -60,16 +63,35 @@
 //	POST   /v2/enqueue/{queue}/{url or group}   publish through a FIFO queue (created on first use, parallelism 1)
 //	POST   /v2/batch                            [{destination,headers,body,queue}] → answers aligned with the input
 //	GET    /v2/messages/{id}                    a message not yet settled (404 once delivered, failed or cancelled)
-//	DELETE /v2/messages/{id}                    cancel (202); DELETE /v2/messages cancels {"messageIds"} or all
-//	GET    /v2/events                           event log, newest first, with cursor, count and filters
-//	GET    /v2/dlq, /v2/dlq/{dlqId}             dead letters with the last response (cursor, count ≤ 100, filters)
-//	DELETE /v2/dlq/{dlqId}, /v2/dlq             delete one, or {"dlqIds":[...]} → {"deleted":n}
-//	POST   /v2/dlq/retry/{dlqId}                republish as a new message: 201 {messageId}
+//	DELETE /v2/messages/{id}                    cancel: 202 {"cancelled":1}
+//	DELETE /v2/messages                         bulk cancel: messageIds, else filters, else all → 202 {"cancelled":n}
+//	GET    /v2/events, /v2/logs                 the log, newest first, with cursor, count, order, messageIds and filters
+//	GET    /v2/dlq, /v2/dlq/{dlqId}             dead letters with the last response (cursor, count ≤ 100, dlqIds, filters)
+//	DELETE /v2/dlq/{dlqId}, /v2/dlq             delete one, or in bulk (dlqIds, else filters, else all) → {"deleted":n}
+//	POST   /v2/dlq/retry/{dlqId}, /v2/dlq/retry republish as new messages: 201 {messageId} or {"responses":[...]}
 //	POST   /v2/queues  GET /v2/queues[/{q}]     upsert {queueName,parallelism,paused}; list; get (with lag)
 //	DELETE /v2/queues/{q}                       delete, cancelling what it still holds
 //	POST   /v2/queues/{q}/pause|resume
 //	GET    /v2/topics[/{g}], DELETE /v2/topics/{g}, POST|DELETE /v2/topics/{g}/endpoints   URL groups
+//	POST   /v2/schedules/{url or group}         create or update (Upstash-Cron, Upstash-Schedule-Id) → {scheduleId}
+//	GET    /v2/schedules[/{id}], DELETE /v2/schedules/{id}, POST|PATCH /v2/schedules/{id}/pause|resume
+//	GET    /v2/flowControl[/{key}], POST /v2/flowControl/{key}/pause|resume|pin|unpin|resetRate
+//	GET    /v2/globalParallelism
 //	GET    /v2/keys, POST /v2/keys/rotate, POST /v2/rotate   signing keys {current,next}
+//
+// Bulk and list requests take IDs and filters as query parameters, several
+// values either repeated (label=a&label=b) or comma-separated (label=a,b;
+// not for url and path, which may hold commas), OR within a filter and AND
+// across filters, as the TypeScript SDK sends them and Upstash's API
+// reference documents them; IDs in a JSON body ({"messageIds"},
+// {"dlqIds"}, the Go SDK's form) are read too. The filters are messageId,
+// url, topicName (or urlGroup), scheduleId, queueName, label,
+// flowControlKey, callerIp, fromDate and toDate (unix ms, inclusive), plus
+// state (with IN_PROGRESS for ACTIVE, RETRY or ERROR) and host and path on
+// the log and the bulk cancel, and responseStatus on the DLQ. A bulk
+// cancel, delete or retry refuses, with 400, a parameter it does not know
+// and an empty value, so that a typo never widens it to everything; lists
+// ignore unknown parameters.
 //
 // Publish headers: Content-Type and Upstash-Forward-<X> are delivered (the
 // latter as <X>); Upstash-Method, -Retries (default 3), -Retry-Delay (an
@@ -79,13 +101,19 @@
 // (with -Callback-Forward-*, -Callback-Retries, -Callback-Method,
 // -Callback-Timeout and the -Failure-Callback-* counterparts),
 // -Deduplication-Id, -Content-Based-Deduplication, -Flow-Control-Key with
-// -Flow-Control-Value "parallelism=<n>, rate=<n>, period=<dur>", and -Label.
+// -Flow-Control-Value "parallelism=<n>, rate=<n>, period=<dur>", -Label
+// (several labels comma-separated, each a filter; the API lists them as
+// labels, and label is the first) and -Redact-Fields (body, headers or
+// header[<name>]: the REST API shows those values as REDACTED:<hex
+// SHA-256>, deliveries carry the real ones).
 //
 // # Delivery
 //
 // Each attempt sends the method, the body unchanged, the forwarded headers,
 // User-Agent: Upstash-QStash, Upstash-Message-Id, Upstash-Retried (0 on the
-// first attempt), Upstash-Caller-Ip, Upstash-Topic-Name (URL groups) and
+// first attempt), Upstash-Caller-Ip, Upstash-Topic-Name (URL groups),
+// Upstash-Schedule-Id (runs of a schedule), Upstash-Region (Config.Region,
+// "EU-CENTRAL-1" by default) and
 // Upstash-Signature: an HS256 JWT keyed with the whole current signing-key
 // string, with iss "Upstash", sub the exact destination URL, iat, exp =
 // iat+300, nbf = iat, a random jti, and body = base64url(SHA-256(body))
@@ -150,8 +178,15 @@
 //     (1,000 each, then 412), a group holds at most 1,000 endpoints, URLs
 //     are at most 16 KiB and labels, deduplication ids and flow-control
 //     keys 4 KiB (then 400).
-//   - Schedules (/v2/schedules) answer 501, and API destinations ("api/...",
-//     LLM providers) are refused; nothing of outboxkit needs them.
+//   - API destinations ("api/...", LLM providers) are refused, and filter
+//     cancels run at once: there are no bulk actions (async=true is
+//     accepted and changes nothing). DLQ retries do not take override
+//     headers. The log keeps no message headers or bodies.
+//   - A server plays one region (Config.Region); QStash's regions are
+//     independent services, so a multi-region test runs one server per
+//     region, each with its own keys.
+//   - A flow-control key is forgotten once idle unless paused or pinned;
+//     GET /v2/flowControl/{key} then answers 404.
 //   - An attempt times out after Config.Timeout (30s) unless the message
 //     sets Upstash-Timeout; QStash's default is its plan maximum.
 //   - Unsettled details, decided here: a new message answers 200 (201 has
@@ -167,8 +202,10 @@
 //     starts but lets started messages finish their retries.
 //   - Message ids are unique per server and ordered by creation, but not
 //     QStash's KSUIDs; treat them as opaque, as QStash asks.
-//   - The Go SDK v1.0.0's Canceled constant is "CANCELED"; qstashdev, like
-//     QStash's documentation and the JS SDK, says "CANCELLED".
+//   - The cancelled state is CANCELLED, as QStash's API reference and its
+//     logs spell it; the SDKs' types say CANCELED (the TypeScript SDK's
+//     State, the Go SDK v1.0.0's Canceled constant). A state filter takes
+//     either spelling.
 //   - With a fake Clock, JWT times come from it too; verifiers with real
 //     time then need a tolerance, or a clock near the real time.
 package qstashdev

@@ -121,6 +121,9 @@ type flowKey struct {
 	windowCount int
 	waiting     deque[*message]
 	timerArmed  bool // a heap entry will re-drain this key when its window ends
+	// Set through the flow-control API: a paused key starts nothing, and
+	// a pinned limit is not changed by the messages' own.
+	paused, pinnedPar, pinnedRate bool
 }
 
 func (f *flowKey) windowOver(now time.Time) bool {
@@ -295,7 +298,7 @@ func (s *Server) admitLocked(m *message, now time.Time) {
 // list while the key allows, and arms a wake-up for the end of a full rate
 // window (a full parallelism is woken by the attempt that frees a slot).
 func (s *Server) drainFlowLocked(f *flowKey, now time.Time) {
-	for f.waiting.len() > 0 {
+	for f.waiting.len() > 0 && !f.paused {
 		m := f.waiting.front()
 		if m.state != stWaitingFC {
 			f.waiting.pop() // cancelled while waiting
@@ -340,7 +343,7 @@ func (s *Server) releaseFlowLocked(m *message, now time.Time) {
 // aggregate does not grow memory without bound. A key whose rate window is
 // still open is kept: forgetting it would reset the window early.
 func (s *Server) pruneFlowLocked(f *flowKey, now time.Time) {
-	if f.active == 0 && f.waiting.len() == 0 && !f.timerArmed &&
+	if f.active == 0 && f.waiting.len() == 0 && !f.timerArmed && !f.paused && !f.pinnedPar && !f.pinnedRate &&
 		(f.rate == 0 || f.windowOver(now)) && s.flows[f.key] == f {
 		delete(s.flows, f.key)
 	}
@@ -415,7 +418,12 @@ func (s *Server) updateFlowLocked(m *message, now time.Time) {
 	if f == nil {
 		return
 	}
-	f.parallelism, f.rate, f.period = m.fcPar, m.fcRate, m.fcPeriod
+	if !f.pinnedPar {
+		f.parallelism = m.fcPar
+	}
+	if !f.pinnedRate {
+		f.rate, f.period = m.fcRate, m.fcPeriod
+	}
 	s.drainFlowLocked(f, now) // raised limits apply at once
 }
 

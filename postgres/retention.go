@@ -378,6 +378,11 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 	res.Leader, res.Holder = true, r.cfg.Holder
 	start := time.Now()
 	defer func() {
+		if err != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+			// Cut short by a shutdown (Run's or RunOnce's context), not
+			// failed: what it deleted is counted, nothing else.
+			return
+		}
 		end := time.Now()
 		r.mu.Lock()
 		defer r.mu.Unlock()

@@ -88,17 +88,26 @@ func displayURL(raw string) string { return redact.String(raw) }
 // message that says what to do. It is the one place database errors are
 // interpreted.
 func (a *app) dbError(err error) error {
+	return a.dbErrorAt(err, a.g.databaseURL, a.g.schema, a.g.table)
+}
+
+// dbErrorAt is dbError for a database and outbox of the relay's tenants.
+func (a *app) dbErrorAt(err error, url, schema, table string) error {
 	if err == nil {
 		return nil
 	}
-	where := displayURL(a.g.databaseURL)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return err
+	}
+	where := displayURL(url)
 	hint := "set --database-url or DATABASE_URL"
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, postgres.ErrNotMigrated),
 		errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000" || pgErr.Code == "42703"):
 		return fmt.Errorf("the outbox tables are missing or out of date in schema %q (table %q) at %s: run `outboxctl migrate --schema %s --table %s` first, or check --schema/--table",
-			a.g.schema, a.g.table, where, a.g.schema, a.g.table)
+			schema, table, where, schema, table)
 	case errors.Is(err, core.ErrInvalidConfig):
 		return errors.New(trimLibPrefix(err.Error()))
 	case errors.As(err, &pgErr) && (pgErr.Code == "28P01" || pgErr.Code == "28000"):
@@ -106,7 +115,7 @@ func (a *app) dbError(err error) error {
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
 		return fmt.Errorf("PostgreSQL at %s: %s: create it or fix the database name in --database-url or DATABASE_URL", where, pgErr.Message)
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		return fmt.Errorf("PostgreSQL at %s: %s: grant the role rights on schema %q, or connect as its owner", where, pgErr.Message, a.g.schema)
+		return fmt.Errorf("PostgreSQL at %s: %s: grant the role rights on schema %q, or connect as its owner", where, pgErr.Message, schema)
 	case errors.As(err, &pgErr):
 		return fmt.Errorf("PostgreSQL at %s: %s (SQLSTATE %s)", where, pgErr.Message, pgErr.Code)
 	case errors.Is(err, context.Canceled):

@@ -34,7 +34,10 @@ type result struct {
 
 // ownedEnv are the variables outboxctl reads: the tests set them
 // explicitly, so a developer's shell cannot change what a test sees.
-var ownedEnv = []string{"DATABASE_URL", "OUTBOX_SCHEMA", "OUTBOX_TABLE", "QSTASH_URL", "QSTASH_TOKEN", "NATS_URL", "AMQP_URL", "GORACE"}
+var ownedEnv = []string{"DATABASE_URL", "OUTBOX_SCHEMA", "OUTBOX_TABLE", "QSTASH_URL", "QSTASH_TOKEN", "NATS_URL", "AMQP_URL", "GORACE",
+	"OUTBOX_SCHEMAS", "OUTBOX_WAKEUP", "OUTBOX_WAKEUP_URL", "OUTBOX_HTTP_ADDR", "OUTBOXCTL_CONFIG",
+	"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_TRACES_EXPORTER", "OTEL_METRICS_EXPORTER", "OTEL_SERVICE_NAME"}
 
 // env returns the process environment without outboxctl's variables, plus
 // DATABASE_URL for the test server and extra ("KEY=value").
@@ -53,7 +56,10 @@ func env(extra ...string) []string {
 	// A race-enabled binary sleeps a second at exit by default (so
 	// reports from exiting goroutines get out); dozens of processes make
 	// that the test's run time. exitcode keeps a race a failure.
-	out = append(out, "DATABASE_URL="+pgtest.URL(), "GORACE=atexit_sleep_ms=0 exitcode=66 "+os.Getenv("GORACE"))
+	out = append(out, "DATABASE_URL="+pgtest.URL(), "GORACE=atexit_sleep_ms=0 exitcode=66 "+os.Getenv("GORACE"),
+		// Relays run in parallel: each serves its endpoints on a port of
+		// its own (the log line "serving /metrics..." gives it).
+		"OUTBOX_HTTP_ADDR=127.0.0.1:0")
 	return append(out, extra...)
 }
 

@@ -49,108 +49,113 @@ With --drain the relay processes every due event once and exits (for cron
 or serverless schedules) instead of running until stopped.`
 
 func (a *app) cmdRelay(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("relay", "[--transport qstash|nats|amqp] [--destination D | --routes FILE] [flags]", relayHelp)
+	fs := a.newFlagSet("relay", "[--transport qstash|nats|amqp] [--destination D | --routes FILE] [--config FILE] [flags]", relayHelp)
 	a.registerGlobals(fs)
-	var tf transportFlags
-	tf.register(fs, a.getenv)
-	def := core.RelayConfig{}.WithDefaults()
-	var cfg core.RelayConfig
-	fs.IntVar(&cfg.BatchSize, "batch-size", def.BatchSize, "most events claimed and published at once")
-	fs.IntVar(&cfg.Concurrency, "concurrency", def.Concurrency, "batches in flight at once")
-	newDurationFlag(fs, &cfg.LeaseDuration, "lease", def.LeaseDuration, "how long a claim keeps other relays off its events; must exceed --publish-timeout")
-	newDurationFlag(fs, &cfg.PublishTimeout, "publish-timeout", 0, "bound on one publish call (default 10s, or half of --lease when that is shorter)")
-	newDurationFlag(fs, &cfg.PollInterval, "poll-interval", def.PollInterval, "idle wait between looks for due events when no notification arrives")
-	newDurationFlag(fs, &cfg.ShutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight publishes may finish before they are cancelled and their events released; 0s cancels them at once")
-	fs.IntVar(&cfg.Retry.MaxAttempts, "max-attempts", def.Retry.MaxAttempts, "attempts after which a failing event is dead-lettered")
-	newDurationFlag(fs, &cfg.Retry.InitialBackoff, "initial-backoff", def.Retry.InitialBackoff, "delay after the first failed attempt; it doubles per attempt, with jitter")
-	newDurationFlag(fs, &cfg.Retry.MaxBackoff, "max-backoff", def.Retry.MaxBackoff, "cap on the delay between attempts")
-	noNotify := fs.Bool("no-notify", false, "open no wake-up connection and find events by polling alone (the same as --wakeup poll)")
-	wakeup := fs.String("wakeup", envOr(a.getenv, "OUTBOX_WAKEUP", "auto"), "how the relay learns of new events at once: `auto` (a WAL stream where the server allows logical replication, else LISTEN, said once in the log), listen, or poll (env OUTBOX_WAKEUP)")
-	wakeupURL := fs.String("wakeup-url", a.getenv("OUTBOX_WAKEUP_URL"), "connection `URL` of the wake-up connection when --database-url goes through PgBouncer: PostgreSQL itself (env OUTBOX_WAKEUP_URL)")
-	deletePublished := fs.Bool("delete-published", false, "delete each row once published instead of keeping it for prune: faster, but published events can be neither inspected nor replayed")
-	ordering := fs.Bool("ordering", false, "per-aggregate ordering: claim only each aggregate's oldest pending event (writers and relays of one table must agree)")
-	fs.StringVar(&cfg.Destination, "only-destination", "", "claim only events whose destination column equals this `value` (a relay dedicated to one slow destination)")
-	drain := fs.Bool("drain", false, "process every due event once, then exit")
-	var lf logFlags
-	lf.register(fs)
+	var s relaySettings
+	s.register(fs, a.getenv)
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	if cfg.ShutdownTimeout == 0 && flagGiven(fs, "shutdown-timeout") {
+	if err := s.loadConfigFile(fs, a.getenv); err != nil {
+		return err
+	}
+	if s.cfg.ShutdownTimeout == 0 && flagGiven(fs, "shutdown-timeout") {
 		// Zero means "default" (10s) to core.RelayConfig and negative
 		// means no grace; an operator who typed 0s meant no grace.
-		cfg.ShutdownTimeout = -1
+		s.cfg.ShutdownTimeout = -1
 	}
-	lf.redact = a.redact
-	logger, err := lf.logger(a.stderr)
+	if s.printConfig {
+		return a.printRelayConfig(fs, &s)
+	}
+	s.lf.redact = a.redact
+	logger, err := s.lf.logger(a.stderr)
 	if err != nil {
 		return err
 	}
+	cfg := &s.cfg
 	cfg.Logger = logger
-	mode, err := parseWakeup(*wakeup, *noNotify)
+	mode, err := parseWakeup(s.wakeup, s.noNotify)
 	if err != nil {
 		return err
 	}
+	s.mode = mode
 	cfg.DisableNotifier = mode == postgres.WakeupPoll
-	cfg.Hooks = []core.RelayHook{batchLogger{logger}}
 	// Check the settings before connecting anywhere: a typo in a flag
 	// should not wait for a database to answer.
-	if err := checkRelayFlags(&cfg); err != nil {
+	if err := checkRelayFlags(cfg); err != nil {
 		return err
 	}
-	if _, err := core.NewRelay(nopStore{}, core.PublisherFunc(nopPublish), &cfg); err != nil {
+	if err := s.checkServiceFlags(); err != nil {
+		return err
+	}
+	if _, err := core.NewRelay(nopStore{}, core.PublisherFunc(nopPublish), cfg); err != nil {
 		return relayConfigError(err)
 	}
-	connect, err := a.transport(&tf, logger)
+	dbs, err := a.databaseSpecs(&s)
 	if err != nil {
 		return err
 	}
+	connect, err := a.transport(&s.tf, logger)
+	if err != nil {
+		return err
+	}
+	if s.drain {
+		return a.drainRelay(ctx, &s, dbs, connect, logger)
+	}
+	return a.serveRelay(ctx, &s, dbs, connect, logger)
+}
 
-	// The relay writes no events, so its store's Notify does not matter;
-	// Wakeup decides its wake-up connection.
-	pool, store, err := a.openStore(ctx, int32(cfg.Concurrency)+2, postgres.Config{
-		Ordering: *ordering, DeletePublished: *deletePublished, Wakeup: mode, WakeupURL: *wakeupURL, Logger: logger,
-	})
+// drainRelay is --drain: every tenant's due events once, then exit.
+func (a *app) drainRelay(ctx context.Context, s *relaySettings, dbs []databaseSpec, connect connector, logger *slog.Logger) error {
+	tel, err := newTelemetry(ctx, a.getenv, logger, false)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := a.checkMigrated(ctx, pool); err != nil {
-		return err
-	}
-	pub, closePub, err := connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer closePub()
-	relay, err := core.NewRelay(store, pub, &cfg)
-	if err != nil {
-		return relayConfigError(err)
-	}
-	rc := relay.Config()
-
-	if *drain {
-		start := time.Now()
-		n, err := relay.Drain(ctx)
+	defer tel.shutdown(logger)
+	start := time.Now()
+	total := 0
+	var pub core.Publisher
+	for _, spec := range dbs {
+		pool, err := a.connectURL(ctx, spec.URL, spec.poolSize(s), spec.poolSizeExact(s))
 		if err != nil {
-			return fmt.Errorf("drain stopped after %d event(s): %w", n, a.dbError(err))
+			return a.dbErrorAt(err, spec.URL, spec.firstSchema(), spec.Table)
 		}
-		fmt.Fprintf(a.stdout, "drained %d event(s) in %s\n", n, formatDuration(time.Since(start)))
-		return nil
+		defer pool.Close()
+		schemas, err := a.tenantSchemas(ctx, pool, spec)
+		if err != nil {
+			return err
+		}
+		for _, schema := range schemas {
+			if err := a.checkTenantMigrated(ctx, pool, spec.URL, schema, spec.Table); err != nil {
+				return err
+			}
+			if pub == nil {
+				p, _, closePub, err := connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer closePub()
+				pub = p
+			}
+			store, err := postgres.New(pool, s.storeConfig(spec, schema, logger))
+			if err != nil {
+				return a.dbErrorAt(err, spec.URL, schema, spec.Table)
+			}
+			cfg := s.cfg
+			cfg.Hooks = []core.RelayHook{batchLogger{logger}}
+			cfg.Middleware = tel.middleware(&s.tf)
+			relay, err := core.NewRelay(store, pub, &cfg)
+			if err != nil {
+				return relayConfigError(err)
+			}
+			n, err := relay.Drain(ctx)
+			total += n
+			if err != nil {
+				return fmt.Errorf("drain stopped after %d event(s): %w", total, a.dbErrorAt(err, spec.URL, schema, spec.Table))
+			}
+		}
 	}
-
-	logger.Info("relay started",
-		"transport", strings.ToLower(tf.kind), "database", displayURL(a.g.databaseURL), "schema", a.g.schema, "table", a.g.table,
-		"batch_size", rc.BatchSize, "concurrency", rc.Concurrency, "lease", rc.LeaseDuration.String(), "publish_timeout", rc.PublishTimeout.String(),
-		"poll_interval", rc.PollInterval.String(), "max_attempts", rc.Retry.MaxAttempts, "wakeup", mode.String(), "ordering", *ordering, "delete_published", *deletePublished)
-	stop := context.AfterFunc(ctx, func() {
-		logger.Info("shutting down: no new claims; in-flight publishes may finish", "shutdown_timeout", max(rc.ShutdownTimeout, 0).String())
-	})
-	defer stop()
-	if err := relay.Run(ctx); err != nil {
-		return err
-	}
-	logger.Info("relay stopped")
+	fmt.Fprintf(a.stdout, "drained %d event(s) in %s\n", total, formatDuration(time.Since(start)))
 	return nil
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,9 +63,17 @@ func (t *transportFlags) register(fs *flagSet, getenv func(string) string) {
 }
 
 // connector makes the transport's core.Publisher, after checking that the
-// service answers. close releases its connections; call it once the relay
-// has stopped.
-type connector func(ctx context.Context) (pub core.Publisher, close func(), err error)
+// service answers. probe tells later whether the service is still
+// reachable (for /readyz), cheaply; close releases its connections; call
+// it once the relay has stopped.
+type connector func(ctx context.Context) (pub core.Publisher, probe func(context.Context) error, close func(), err error)
+
+// fatalError is a start-up failure that waiting (--wait) cannot cure: a
+// token the transport refuses, say.
+type fatalError struct{ err error }
+
+func (e fatalError) Error() string { return e.err.Error() }
+func (e fatalError) Unwrap() error { return e.err }
 
 // transport validates the transport flags without any I/O, so a mistake is
 // reported before outboxctl connects anywhere, and returns the connector.
@@ -134,15 +144,16 @@ func (a *app) qstashPublisher(t *transportFlags, routes map[string]route) (conne
 		return nil, usageError(qstashFlagError(err))
 	}
 	_ = probe.Close()
-	return func(ctx context.Context) (core.Publisher, func(), error) {
-		if err := a.checkQStash(ctx, t); err != nil {
-			return nil, nil, err
+	return func(ctx context.Context) (core.Publisher, func(context.Context) error, func(), error) {
+		if err := a.checkQStash(ctx, t, true); err != nil {
+			return nil, nil, nil, err
 		}
 		pub, err := qstash.NewPublisher(cfg)
 		if err != nil {
-			return nil, nil, usageError(qstashFlagError(err))
+			return nil, nil, nil, usageError(qstashFlagError(err))
 		}
-		return pub, func() { _ = pub.Close() }, nil
+		probe := func(ctx context.Context) error { return a.checkQStash(ctx, t, false) }
+		return pub, probe, func() { _ = pub.Close() }, nil
 	}, nil
 }
 
@@ -159,8 +170,10 @@ func qstashFlagError(err error) string {
 
 // checkQStash asks QStash for its signing keys: the cheapest authenticated
 // request, so an unreachable server or a wrong token stops the relay at
-// start instead of every publish failing and retrying in the logs.
-func (a *app) checkQStash(ctx context.Context, t *transportFlags) error {
+// start instead of every publish failing and retrying in the logs. At start
+// (starting) an unexpected answer is a warning; afterwards, as a readiness
+// probe, a server error means QStash is not usable.
+func (a *app) checkQStash(ctx context.Context, t *transportFlags, starting bool) error {
 	ctx, cancel := context.WithTimeout(ctx, preflightTimeout)
 	defer cancel()
 	base := strings.TrimRight(t.qstashURL, "/")
@@ -178,8 +191,10 @@ func (a *app) checkQStash(ctx context.Context, t *transportFlags) error {
 	resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("QStash at %s refused the token (%s): set --qstash-token or QSTASH_TOKEN to the token of the Upstash console", displayURL(base), resp.Status)
-	case resp.StatusCode >= 300:
+		return fatalError{fmt.Errorf("QStash at %s refused the token (%s): set --qstash-token or QSTASH_TOKEN to the token of the Upstash console", displayURL(base), resp.Status)}
+	case resp.StatusCode >= 500 && !starting:
+		return fmt.Errorf("QStash at %s answered %s", displayURL(base), resp.Status)
+	case resp.StatusCode >= 300 && starting:
 		a.warn("QStash at %s answered %s to GET /v2/keys; starting anyway", displayURL(base), resp.Status)
 	}
 	return nil
@@ -218,13 +233,13 @@ func (a *app) natsPublisher(t *transportFlags, routes map[string]route, logger *
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (core.Publisher, func(), error) {
+	return func(ctx context.Context) (core.Publisher, func(context.Context) error, func(), error) {
 		nc, err := nats.Connect(t.natsURL, nats.Name("outboxctl relay"), nats.Timeout(preflightTimeout),
 			// A relay outlives broker restarts: keep reconnecting; publishes
 			// fail meanwhile and the relay retries them.
 			nats.MaxReconnects(-1))
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot reach NATS at %s: %s — is it running? set --nats-url or NATS_URL", displayURL(t.natsURL), netCause(err))
+			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %s — is it running? set --nats-url or NATS_URL", displayURL(t.natsURL), netCause(err))
 		}
 		js, err := nc.JetStream()
 		if err == nil {
@@ -232,7 +247,7 @@ func (a *app) natsPublisher(t *transportFlags, routes map[string]route, logger *
 		}
 		if err != nil {
 			nc.Close()
-			return nil, nil, fmt.Errorf("NATS at %s has no usable JetStream (%v): start nats-server with -js", displayURL(t.natsURL), err)
+			return nil, nil, nil, fmt.Errorf("NATS at %s has no usable JetStream (%v): start nats-server with -js", displayURL(t.natsURL), err)
 		}
 		wp, err := wmnats.NewPublisherWithNatsConn(nc, wmnats.PublisherPublishConfig{
 			Marshaler:         &wmnats.NATSMarshaler{},
@@ -246,9 +261,16 @@ func (a *app) natsPublisher(t *transportFlags, routes map[string]route, logger *
 		}, watermill.NewSlogLogger(logger))
 		if err != nil {
 			nc.Close()
-			return nil, nil, fmt.Errorf("NATS JetStream at %s: %v", displayURL(t.natsURL), err)
+			return nil, nil, nil, fmt.Errorf("NATS JetStream at %s: %v", displayURL(t.natsURL), err)
 		}
-		return watermillPublisher(wp, topic)
+		// The connection reconnects by itself; its state is the probe.
+		probe := func(context.Context) error {
+			if st := nc.Status(); st != nats.CONNECTED {
+				return fmt.Errorf("NATS at %s: connection %s", displayURL(t.natsURL), strings.ToLower(st.String()))
+			}
+			return nil
+		}
+		return watermillPublisher(wp, topic, probe)
 	}, nil
 }
 
@@ -258,7 +280,7 @@ func (a *app) amqpPublisher(t *transportFlags, routes map[string]route, logger *
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context) (core.Publisher, func(), error) {
+	return func(ctx context.Context) (core.Publisher, func(context.Context) error, func(), error) {
 		// Each topic is a durable fanout exchange of that name, declared on
 		// first use; consumers bind their queues to it. Publisher confirms
 		// make a publish count only once the broker has the message.
@@ -275,17 +297,31 @@ func (a *app) amqpPublisher(t *transportFlags, routes map[string]route, logger *
 		}}
 		wp, err := wmamqp.NewPublisher(cfg, watermill.NewSlogLogger(logger))
 		if err != nil {
-			return nil, nil, fmt.Errorf("cannot reach AMQP at %s: %s — is it running? set --amqp-url or AMQP_URL", displayURL(t.amqpURL), netCause(err))
+			return nil, nil, nil, fmt.Errorf("cannot reach AMQP at %s: %s — is it running? set --amqp-url or AMQP_URL", displayURL(t.amqpURL), netCause(err))
 		}
-		return watermillPublisher(wp, topic)
+		// The Watermill publisher hides its connection: the probe is
+		// whether the broker accepts a TCP connection.
+		probe := func(ctx context.Context) error {
+			u, err := amqp091.ParseURI(t.amqpURL)
+			if err != nil {
+				return nil
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Host, strconv.Itoa(u.Port)))
+			if err != nil {
+				return fmt.Errorf("cannot reach AMQP at %s: %s", displayURL(t.amqpURL), netCause(err))
+			}
+			return c.Close()
+		}
+		return watermillPublisher(wp, topic, probe)
 	}, nil
 }
 
-func watermillPublisher(wp message.Publisher, topic func(core.Event) string) (core.Publisher, func(), error) {
+func watermillPublisher(wp message.Publisher, topic func(core.Event) string, probe func(context.Context) error) (core.Publisher, func(context.Context) error, func(), error) {
 	pub, err := outboxwatermill.NewPublisher(wp, &outboxwatermill.PublisherConfig{Topic: topic})
 	if err != nil {
 		_ = wp.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return pub, func() { _ = wp.Close() }, nil
+	return pub, probe, func() { _ = wp.Close() }, nil
 }

@@ -133,6 +133,15 @@
 // can sign with. The official SDK's verifier is weaker on each of these
 // points except the body hash.
 //
+// A multi-region account (QStash's regions are independent, each with its
+// own token and signing keys) publishes with one Publisher per region
+// (PublisherConfig.Region picks the region's API) and receives with the
+// keys of every region in ReceiverConfig.Regions: each delivery is
+// verified with the keys of the region its Upstash-Region header names.
+// That header is not signed, so it only chooses among keys the receiver
+// trusts anyway; a delivery without it gets the default keys, or 401 when
+// there are none.
+//
 // A valid signature proves the request came from QStash, not that it is
 // new. Whoever captures a delivery can send its token and body again until
 // the token expires; QStash signs every attempt with a token of its own

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/qregion"
 )
 
 // DefaultBaseURL is the QStash API of Upstash's cloud.
@@ -26,6 +27,15 @@ type PublisherConfig struct {
 	// a test's configuration depend on the shell it runs in): programs pass
 	// os.Getenv("QSTASH_URL") here themselves to point at qstashdev.
 	BaseURL string
+	// Region is the QStash region to publish to, for accounts in a region
+	// other than QStash's default or in several (each region is a service
+	// of its own, with its own token): "EU_CENTRAL_1" or "US_EAST_1"
+	// (dashes and lower case are read too). It makes the region's API
+	// (https://qstash-us-east-1.upstash.io) the default of BaseURL; a
+	// BaseURL that is set wins, so a test can point a regional publisher at
+	// qstashdev. Use one Publisher per region. Defaults to "", which
+	// leaves BaseURL's default, DefaultBaseURL (EU_CENTRAL_1).
+	Region string
 	// Token authorizes requests: the QSTASH_TOKEN of the Upstash console (or
 	// qstashdev.DefaultToken for the local server). Required.
 	Token string
@@ -174,6 +184,9 @@ func (f *FlowControl) value() string {
 func (c PublisherConfig) WithDefaults() PublisherConfig {
 	if c.BaseURL == "" {
 		c.BaseURL = DefaultBaseURL
+		if r, ok := qregion.Normalize(c.Region); ok {
+			c.BaseURL = qregion.BaseURL(r)
+		}
 	}
 	c.BaseURL = strings.TrimRight(c.BaseURL, "/")
 	if c.HTTPClient == nil {
@@ -220,6 +233,9 @@ func (c PublisherConfig) validate() error {
 	}
 	if err := validateURL(c.BaseURL); err != nil {
 		return bad("BaseURL", "%v", err)
+	}
+	if _, ok := qregion.Normalize(c.Region); c.Region != "" && !ok {
+		return bad("Region", "is %q, not a QStash region: use %s, or leave it empty", c.Region, strings.Join(qregion.All, " or "))
 	}
 	if c.Token == "" {
 		return bad("Token", "is empty: pass the QSTASH_TOKEN from the Upstash console (or qstashdev.DefaultToken for a local server)")

@@ -3,7 +3,6 @@ package qstash
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,10 +28,17 @@ const StatusNonRetryable = 489
 type ReceiverConfig struct {
 	// CurrentSigningKey and NextSigningKey are QStash's signing keys
 	// (QSTASH_CURRENT_SIGNING_KEY, QSTASH_NEXT_SIGNING_KEY). Both are
-	// required; an empty key is refused, since it would verify tokens anyone
-	// can sign.
+	// required unless Regions is set; an empty key is refused, since it
+	// would verify tokens anyone can sign.
 	CurrentSigningKey string
 	NextSigningKey    string
+	// Regions holds the signing keys of each QStash region the endpoint
+	// receives from, for multi-region accounts: a delivery is verified with
+	// the keys of the region its Upstash-Region header names, and one
+	// without the header, or from a region not listed, with
+	// CurrentSigningKey and NextSigningKey (refused with 401 when those are
+	// not set). See VerifierConfig.Regions. Defaults to none.
+	Regions map[string]RegionKeys
 	// URL is the endpoint's public URL exactly as publishers address it
 	// (scheme, host, path and query). The signature's sub claim must equal
 	// it; it is configured rather than read from the request, because behind
@@ -109,7 +115,7 @@ type ReceiverConfig struct {
 // error, or a panic, answers 500 so that QStash retries. See the package
 // documentation for the full table.
 type Receiver struct {
-	verifier *Verifier
+	auth     authenticator
 	url      string
 	handler  core.Handler
 	deduper  core.Deduper
@@ -136,6 +142,7 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 	v, err := NewVerifier(&VerifierConfig{
 		CurrentSigningKey: cfg.CurrentSigningKey,
 		NextSigningKey:    cfg.NextSigningKey,
+		Regions:           cfg.Regions,
 		Leeway:            cfg.Leeway,
 		Clock:             cfg.Clock,
 	})
@@ -159,7 +166,7 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 		return nil, bad("URL", err.Error())
 	}
 	r := &Receiver{
-		verifier: v,
+		auth:     authenticator{verifier: v, url: cfg.URL},
 		url:      cfg.URL,
 		handler:  core.ChainHandler(cfg.Handler, core.Recover()),
 		deduper:  cfg.Deduper,
@@ -182,6 +189,7 @@ func NewReceiver(cfg *ReceiverConfig) (*Receiver, error) {
 	if r.guard == nil {
 		r.guard = NewMemoryReplayGuard(&MemoryReplayGuardConfig{Clock: r.clock})
 	}
+	r.auth.maxBody, r.auth.guard = r.maxBody, r.guard
 	return r, nil
 }
 
@@ -200,59 +208,9 @@ func (rc *Receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc.respond(w, &d)
 	}
 
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		decide(OutcomeMalformed, http.StatusMethodNotAllowed, fmt.Errorf("qstash: method %s: QStash deliveries are POSTs", r.Method))
-		return
-	}
-	if r.ContentLength > rc.maxBody {
-		decide(OutcomeTooLarge, http.StatusRequestEntityTooLarge, fmt.Errorf("qstash: body of %d bytes exceeds MaxBodyBytes (%d)", r.ContentLength, rc.maxBody))
-		return
-	}
-	// MaxBytesReader reads at most maxBody+1 bytes and makes the server
-	// close the connection instead of draining an oversized body.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rc.maxBody))
-	if err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			decide(OutcomeTooLarge, http.StatusRequestEntityTooLarge, fmt.Errorf("qstash: body exceeds MaxBodyBytes (%d)", rc.maxBody))
-			return
-		}
-		decide(OutcomeMalformed, http.StatusBadRequest, fmt.Errorf("qstash: read body: %w", err))
-		return
-	}
-
-	sigs := r.Header.Values("Upstash-Signature")
-	if len(sigs) > 1 {
-		decide(OutcomeUnauthorized, http.StatusUnauthorized, verr(ErrMalformedToken, "%d Upstash-Signature headers", len(sigs)))
-		return
-	}
-	var token string
-	if len(sigs) == 1 {
-		token = sigs[0]
-	}
-	claims, err := rc.verifier.VerifyToken(token, body, rc.url)
-	if err != nil {
-		decide(OutcomeUnauthorized, http.StatusUnauthorized, err)
-		return
-	}
-	// Recorded before anything runs: a replay arriving while the first
-	// delivery is still being handled is refused too.
-	if claims.ID == "" {
-		decide(OutcomeUnauthorized, http.StatusUnauthorized, verr(ErrMissingTokenID, "QStash always sets jti; a token without one could be replayed unnoticed"))
-		return
-	}
-	first, err := rc.guard.FirstUse(ctx, claims.ID, claims.Expires.Add(rc.verifier.leeway))
-	if err != nil {
-		status := http.StatusInternalServerError
-		if after, ok := core.RetryAfterHint(err); ok && after > 0 {
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((after+time.Second-1)/time.Second), 10))
-			status = http.StatusServiceUnavailable
-		}
-		decide(OutcomeTransient, status, fmt.Errorf("qstash: replay guard: %w", err))
-		return
-	}
-	if !first {
-		decide(OutcomeUnauthorized, http.StatusUnauthorized, verr(ErrTokenReplayed, "jti %q was accepted before: QStash signs every attempt anew, so this is a captured delivery sent again", truncate(claims.ID)))
+	body, _, ref := rc.auth.authenticate(ctx, w, r)
+	if ref != nil {
+		decide(ref.outcome, ref.status, ref.err)
 		return
 	}
 

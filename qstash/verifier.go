@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/qregion"
 )
 
 // Signature verification errors. Every error Verify returns matches
@@ -52,6 +53,10 @@ var (
 	// ReplayGuard). QStash signs every attempt anew, so this is a captured
 	// delivery sent again.
 	ErrTokenReplayed = errors.New("qstash: token already used")
+	// ErrUnknownRegion: the delivery's Upstash-Region names a region whose
+	// keys the verifier does not hold, or none, and the verifier has no
+	// default keys to fall back on.
+	ErrUnknownRegion = errors.New("qstash: no signing keys for the delivery's region")
 )
 
 // VerificationError is the error Verify returns. It matches
@@ -96,11 +101,22 @@ const maxTokenBytes = 8 << 10
 type VerifierConfig struct {
 	// CurrentSigningKey is QStash's current signing key
 	// (QSTASH_CURRENT_SIGNING_KEY), the whole string including "sig_".
-	// Required.
+	// Required, unless Regions is set.
 	CurrentSigningKey string
 	// NextSigningKey is QStash's next signing key (QSTASH_NEXT_SIGNING_KEY),
-	// accepted so that deliveries keep verifying while keys rotate. Required.
+	// accepted so that deliveries keep verifying while keys rotate.
+	// Required, unless Regions is set.
 	NextSigningKey string
+	// Regions holds the signing keys of each QStash region an endpoint
+	// receives from (QStash's regions are independent, each with keys of
+	// its own), by region name: "EU_CENTRAL_1", "US_EAST_1" (dashes and
+	// lower case are read too). VerifyRegionToken picks the keys of the
+	// region a delivery's Upstash-Region header names. A delivery without
+	// the header, or from a region not listed, is verified with
+	// CurrentSigningKey and NextSigningKey when they are set, and refused
+	// (ErrUnknownRegion) when they are not. Defaults to none: every
+	// delivery is verified with CurrentSigningKey and NextSigningKey.
+	Regions map[string]RegionKeys
 	// Leeway is the clock skew tolerated on exp, nbf and iat. Defaults to
 	// DefaultLeeway; a negative value means none. At most one minute.
 	Leeway time.Duration
@@ -133,9 +149,18 @@ type VerifierConfig struct {
 // optional unless asked), and verification allocates little on a hot path.
 // The tests check it against golang-jwt and the official SDK.
 type Verifier struct {
-	keys   [2]hmacPool
-	leeway time.Duration
-	clock  core.Clock
+	keys       *[2]hmacPool // the default keys; nil with Regions only
+	regionKeys map[string]*[2]hmacPool
+	leeway     time.Duration
+	clock      core.Clock
+}
+
+// RegionKeys are the signing keys of one QStash region
+// (<REGION>_QSTASH_CURRENT_SIGNING_KEY and _NEXT_SIGNING_KEY, in Upstash's
+// multi-region environment variables). Both are required.
+type RegionKeys struct {
+	Current string
+	Next    string
 }
 
 // hmacPool recycles keyed HMAC states: Reset returns one to its keyed state,
@@ -154,11 +179,34 @@ func NewVerifier(cfg *VerifierConfig) (*Verifier, error) {
 	if cfg == nil {
 		return nil, &core.ConfigError{Field: "VerifierConfig", Reason: "is nil: pass the current and next signing keys"}
 	}
-	if err := validateSigningKey("CurrentSigningKey", "QSTASH_CURRENT_SIGNING_KEY", cfg.CurrentSigningKey); err != nil {
-		return nil, err
+	v := &Verifier{}
+	if len(cfg.Regions) == 0 || cfg.CurrentSigningKey != "" || cfg.NextSigningKey != "" {
+		if err := validateSigningKey("CurrentSigningKey", "QSTASH_CURRENT_SIGNING_KEY", cfg.CurrentSigningKey); err != nil {
+			return nil, err
+		}
+		if err := validateSigningKey("NextSigningKey", "QSTASH_NEXT_SIGNING_KEY", cfg.NextSigningKey); err != nil {
+			return nil, err
+		}
+		v.keys = &[2]hmacPool{newHMACPool(cfg.CurrentSigningKey), newHMACPool(cfg.NextSigningKey)}
 	}
-	if err := validateSigningKey("NextSigningKey", "QSTASH_NEXT_SIGNING_KEY", cfg.NextSigningKey); err != nil {
-		return nil, err
+	for name, k := range cfg.Regions {
+		region, ok := qregion.Normalize(name)
+		if !ok {
+			return nil, &core.ConfigError{Field: "Regions", Reason: fmt.Sprintf("names %q, which is not a QStash region: use %s", name, strings.Join(qregion.All, " or "))}
+		}
+		if v.regionKeys[region] != nil {
+			return nil, &core.ConfigError{Field: "Regions", Reason: fmt.Sprintf("names region %s twice (as %q and another spelling)", region, name)}
+		}
+		if err := validateSigningKey("Regions["+region+"].Current", region+"_QSTASH_CURRENT_SIGNING_KEY", k.Current); err != nil {
+			return nil, err
+		}
+		if err := validateSigningKey("Regions["+region+"].Next", region+"_QSTASH_NEXT_SIGNING_KEY", k.Next); err != nil {
+			return nil, err
+		}
+		if v.regionKeys == nil {
+			v.regionKeys = make(map[string]*[2]hmacPool, len(cfg.Regions))
+		}
+		v.regionKeys[region] = &[2]hmacPool{newHMACPool(k.Current), newHMACPool(k.Next)}
 	}
 	leeway := cfg.Leeway
 	switch {
@@ -173,11 +221,8 @@ func NewVerifier(cfg *VerifierConfig) (*Verifier, error) {
 	if clock == nil {
 		clock = core.SystemClock{}
 	}
-	return &Verifier{
-		keys:   [2]hmacPool{newHMACPool(cfg.CurrentSigningKey), newHMACPool(cfg.NextSigningKey)},
-		leeway: leeway,
-		clock:  clock,
-	}, nil
+	v.leeway, v.clock = leeway, clock
+	return v, nil
 }
 
 func validateSigningKey(field, env, key string) error {
@@ -242,7 +287,26 @@ func (v *Verifier) Verify(token string, body []byte, url string) error {
 // Signature verification says nothing about whether the token was used
 // before: a Receiver records Claims.ID in its ReplayGuard for that.
 func (v *Verifier) VerifyToken(token string, body []byte, url string) (Claims, error) {
-	cl, err := v.verify(token, body, url)
+	return v.VerifyRegionToken(token, body, url, "")
+}
+
+// VerifyRegionToken is VerifyToken with the keys of the QStash region that
+// region, the delivery's Upstash-Region header, names (see
+// VerifierConfig.Regions): a region without keys of its own, or "", gets
+// the default keys. The header is not signed, so it only chooses among
+// keys the verifier trusts anyway: a token passes only if one of them
+// signed it.
+func (v *Verifier) VerifyRegionToken(token string, body []byte, url, region string) (Claims, error) {
+	keys := v.keys
+	if len(v.regionKeys) > 0 {
+		if r, ok := qregion.Normalize(region); ok && v.regionKeys[r] != nil {
+			keys = v.regionKeys[r]
+		}
+	}
+	if keys == nil {
+		return Claims{}, verr(ErrUnknownRegion, "Upstash-Region is %q: configure the region's keys in Regions, or default keys", truncate(region))
+	}
+	cl, err := v.verify(token, body, url, keys)
 	if err != nil {
 		return Claims{}, err
 	}
@@ -256,7 +320,7 @@ func (v *Verifier) VerifyToken(token string, body []byte, url string) (Claims, e
 	return c, nil
 }
 
-func (v *Verifier) verify(token string, body []byte, url string) (*tokenClaims, error) {
+func (v *Verifier) verify(token string, body []byte, url string, keys *[2]hmacPool) (*tokenClaims, error) {
 	if token == "" {
 		return nil, verr(ErrMissingSignature, "send requests through QStash, which signs them")
 	}
@@ -295,7 +359,7 @@ func (v *Verifier) verify(token string, body []byte, url string) (*tokenClaims, 
 		return nil, verr(ErrMalformedToken, "signature is not a base64url HMAC-SHA256")
 	}
 	signed := token[:len(h)+1+len(c)]
-	if !v.keys[0].matches(signed, gotMAC[:]) && !v.keys[1].matches(signed, gotMAC[:]) {
+	if !keys[0].matches(signed, gotMAC[:]) && !keys[1].matches(signed, gotMAC[:]) {
 		return nil, verr(ErrSignatureMismatch, "check QSTASH_CURRENT_SIGNING_KEY and QSTASH_NEXT_SIGNING_KEY")
 	}
 

@@ -203,7 +203,7 @@ func (r *Relay) work(ctx, hardCtx context.Context) {
 			continue
 		}
 		roundAt := r.cfg.Clock.Now()
-		found, err := r.runBatches(ctx, hardCtx, true)
+		found, err := r.runBatches(ctx, hardCtx, true, nil)
 		if found > 0 {
 			// runBatches returns after a batch that was not full: events
 			// flow, but there is no backlog.
@@ -447,7 +447,7 @@ func (r *Relay) pollWait(woken bool, found int, announced bool, rechecks int) (t
 // nothing more, cancels the publish in flight and releases its events,
 // releases the batch of a claim that was in flight, and returns ctx's error.
 func (r *Relay) Drain(ctx context.Context) (int, error) {
-	return r.runBatches(ctx, ctx, false)
+	return r.runBatches(ctx, ctx, false, nil)
 }
 
 // claimRequest is the relay's claim, with its clock's time when that clock is
@@ -469,13 +469,15 @@ func (r *Relay) now() time.Time {
 // full, and returns the number of events processed. After a full batch the
 // next claim is due at once; a store that implements SettleClaimer gets the
 // settle of one batch and the claim of the next in one round trip. With
-// wakeOthers, a full batch also wakes an idle worker to join in.
+// wakeOthers, a full batch also wakes an idle worker to join in. observe,
+// when set, sees every settled batch after the hooks (DrainWithin counts
+// outcomes with it).
 //
 // Once ctx is done it claims nothing more, and a batch whose claim was in
 // flight when ctx ended is released, not published: the claim ran under
 // storeContext, so it came back with its batch instead of being cut short
 // after the store had committed it.
-func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, error) {
+func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool, observe func(SettleInfo)) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -536,6 +538,9 @@ func (r *Relay) runBatches(ctx, hardCtx context.Context, wakeOthers bool) (int, 
 		}
 		for _, h := range r.cfg.Hooks {
 			h.AfterSettle(storeCtx, info)
+		}
+		if observe != nil {
+			observe(info)
 		}
 		cancel()
 

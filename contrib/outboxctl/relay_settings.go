@@ -55,6 +55,12 @@ type relaySettings struct {
 	httpAddr string
 	pprof    bool
 
+	// Retention (postgres.Retention), one per tenant; 0 keeps everything.
+	retainPublished   time.Duration
+	retainProcessed   time.Duration
+	retentionInterval time.Duration
+	retentionLease    time.Duration
+
 	configFile  string
 	printConfig bool
 	// databases are the config file's further databases.
@@ -92,6 +98,10 @@ func (s *relaySettings) register(fs *flagSet, getenv func(string) string) {
 	newDurationFlag(fs, &s.statsInterval, "log-stats-interval", defaultStatsInterval, "how often to log the events published, failed and dead-lettered per tenant; 0s turns the line off")
 	fs.StringVar(&s.httpAddr, "http-addr", envOr(getenv, "OUTBOX_HTTP_ADDR", defaultHTTPAddr), "`address` serving /metrics, /healthz and /readyz; \"\" turns the server off (env OUTBOX_HTTP_ADDR)")
 	fs.BoolVar(&s.pprof, "pprof", false, "also serve Go's profiler under /debug/pprof/ on --http-addr (keep that address private)")
+	newDurationFlag(fs, &s.retainPublished, "retain-published", postgres.DefaultRetainPublished, "delete published events older than this, in bounded batches, from one relay per table at a time (a leader elected through the database); 0s keeps every published event")
+	newDurationFlag(fs, &s.retainProcessed, "retain-processed", postgres.DefaultRetainProcessed, "delete processed-event records (<table>_processed) older than this; keep them longer than published events and than any transport redelivers; 0s keeps them all")
+	newDurationFlag(fs, &s.retentionInterval, "retention-interval", postgres.DefaultRetentionInterval, "time between two retention passes of the leader")
+	newDurationFlag(fs, &s.retentionLease, "retention-lease", postgres.DefaultRetentionLease, "how long the retention leader's lease lasts unrenewed: when its relay dies, another takes over within it")
 	fs.StringVar(&s.configFile, "config", getenv("OUTBOXCTL_CONFIG"), "YAML `file` of settings: keys are these flags' names, plus databases (env OUTBOXCTL_CONFIG); flags and environment variables win over it")
 	fs.BoolVar(&s.printConfig, "print-config", false, "print the effective configuration as a --config file, secrets redacted, and exit")
 	s.lf.register(fs)
@@ -110,6 +120,12 @@ func (s *relaySettings) checkServiceFlags() error {
 			return usageError(fmt.Sprintf("--http-addr %q is not host:port (e.g. :9464 or 127.0.0.1:9464): %v; \"\" turns the server off", s.httpAddr, err))
 		}
 	}
+	if s.retentionInterval <= 0 {
+		return usageError("--retention-interval must be positive")
+	}
+	if s.retentionLease < postgres.MinRetentionLease {
+		return usageError(fmt.Sprintf("--retention-lease %s is shorter than %s", formatDuration(s.retentionLease), postgres.MinRetentionLease))
+	}
 	if s.pprof && s.httpAddr == "" {
 		return usageError("--pprof needs --http-addr: the profiler is served there")
 	}
@@ -124,6 +140,25 @@ func (s *relaySettings) storeConfig(db databaseSpec, schema string, logger *slog
 		Schema: schema, Table: db.Table,
 		Ordering: s.ordering, DeletePublished: s.deletePublished,
 		Wakeup: s.mode, WakeupURL: db.WakeupURL, Logger: logger,
+	}
+}
+
+// retentionConfig is the postgres.RetentionConfig of one tenant, nil when
+// it keeps everything.
+func (s *relaySettings) retentionConfig(db databaseSpec, schema string, logger *slog.Logger) *postgres.RetentionConfig {
+	keep := func(d time.Duration) time.Duration {
+		if d == 0 {
+			return postgres.RetainForever
+		}
+		return d
+	}
+	if s.retainPublished == 0 && s.retainProcessed == 0 {
+		return nil
+	}
+	return &postgres.RetentionConfig{
+		Schema: schema, Table: db.Table,
+		RetainPublished: keep(s.retainPublished), RetainProcessed: keep(s.retainProcessed),
+		Interval: s.retentionInterval, LeaseDuration: s.retentionLease, Logger: logger,
 	}
 }
 

@@ -494,7 +494,17 @@ func (svc *service) registerMetrics() error {
 		metric.WithDescription("1 when /readyz answers 200, 0 otherwise."))
 	failures, err5 := m.Int64Counter("outboxctl.tenant.failures", metric.WithUnit("{failure}"),
 		metric.WithDescription("Times a tenant's relay stopped or could not start (schema missing or out of date, database unreachable at start), each followed by a retry with backoff."))
-	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+	leader, err6 := m.Int64ObservableGauge("outboxctl.retention.leader",
+		metric.WithDescription("1 while this process's retention holds the tenant's lease and prunes, 0 while another relay's does."))
+	deleted, err7 := m.Int64ObservableCounter("outboxctl.retention.deleted", metric.WithUnit("{row}"),
+		metric.WithDescription("Rows this process's retention deleted, by kind: published (events) or processed (processed-event records)."))
+	backlog, err8 := m.Float64ObservableGauge("outboxctl.retention.backlog", metric.WithUnit("s"),
+		metric.WithDescription("How far the oldest row of each kind was beyond its retention at the leader's last pass (0: none due); growing means retention falls behind. Reported by the leader only."))
+	lastPass, err9 := m.Float64ObservableGauge("outboxctl.retention.last_pass.timestamp", metric.WithUnit("s"),
+		metric.WithDescription("When this process's retention last ended a pass, in seconds since the Unix epoch; absent before the first."))
+	passes, err10 := m.Int64ObservableCounter("outboxctl.retention.passes", metric.WithUnit("{pass}"),
+		metric.WithDescription("Retention passes this process ran, by result: ok or failed."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10); err != nil {
 		return fmt.Errorf("create the relay's metrics: %v", err)
 	}
 	svc.failures = failures
@@ -510,8 +520,33 @@ func (svc *service) registerMetrics() error {
 		for _, t := range rep.Tenants {
 			o.ObserveInt64(tenantReady, boolInt(t.Ready), metric.WithAttributes(tenantAttrs(t.Database, t.Schema, t.Table)...))
 		}
+		for _, t := range svc.tenants() {
+			t.mu.Lock()
+			r := t.retention
+			t.mu.Unlock()
+			if r == nil {
+				continue
+			}
+			st := r.Stats()
+			with := func(extra ...attribute.KeyValue) metric.ObserveOption {
+				return metric.WithAttributes(append(append([]attribute.KeyValue{}, t.attrs...), extra...)...)
+			}
+			published, processed := attribute.String("kind", "published"), attribute.String("kind", "processed")
+			o.ObserveInt64(leader, boolInt(st.Leader), with())
+			o.ObserveInt64(deleted, st.PublishedDeleted, with(published))
+			o.ObserveInt64(deleted, st.ProcessedDeleted, with(processed))
+			o.ObserveInt64(passes, st.Passes, with(attribute.String("result", "ok")))
+			o.ObserveInt64(passes, st.FailedPasses, with(attribute.String("result", "failed")))
+			if st.Leader && !st.BacklogMeasuredAt.IsZero() {
+				o.ObserveFloat64(backlog, st.PublishedBacklog.Seconds(), with(published))
+				o.ObserveFloat64(backlog, st.ProcessedBacklog.Seconds(), with(processed))
+			}
+			if !st.LastPassAt.IsZero() {
+				o.ObserveFloat64(lastPass, float64(st.LastPassAt.UnixNano())/1e9, with())
+			}
+		}
 		return nil
-	}, tenantReady, dbUp, trUp, ready)
+	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes)
 	if err != nil {
 		return fmt.Errorf("register the relay's metrics: %v", err)
 	}

@@ -44,6 +44,10 @@ type tenant struct {
 	// remove stops the tenant for good (its schema lost the table).
 	remove context.CancelFunc
 
+	// retention prunes the tenant's table while its relay runs (nil when
+	// it keeps everything).
+	retention *postgres.Retention
+
 	mu         sync.Mutex
 	state      string
 	reason     string // why it is failing
@@ -83,8 +87,16 @@ func (t *tenant) run(ctx context.Context) {
 		<-ctx.Done()
 		return
 	}
+	var retention *postgres.Retention
+	if rc := t.svc.s.retentionConfig(t.db.spec, t.schema, t.log); rc != nil {
+		if retention, err = postgres.NewRetention(t.db.pool, rc); err != nil {
+			t.fail(err, 0)
+			<-ctx.Done()
+			return
+		}
+	}
 	t.mu.Lock()
-	t.store = store
+	t.store, t.retention = store, retention
 	t.mu.Unlock()
 	obs := &observedStore{Store: store, t: t}
 	b := backoff{min: time.Second, max: time.Minute}
@@ -132,7 +144,23 @@ func (t *tenant) runRelay(ctx context.Context, obs *observedStore) error {
 		t.log.Warn("no store metrics for this tenant", "error", err)
 	}
 	t.running(stop)
+	var retentionDone chan struct{}
+	if t.retention != nil {
+		// Retention runs while the relay does: one leader among the
+		// relays sharing the table prunes, the others wait for its lease.
+		retentionDone = make(chan struct{})
+		go func() {
+			defer close(retentionDone)
+			if err := t.retention.Run(runCtx); err != nil && runCtx.Err() == nil {
+				t.log.Warn("retention did not start", "error", err)
+			}
+		}()
+	}
 	err = relay.Run(runCtx)
+	stop(nil)
+	if retentionDone != nil {
+		<-retentionDone
+	}
 	if unregister != nil {
 		_ = unregister()
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -412,4 +414,54 @@ func keysOf(m map[string]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestConfigMapIsARelayConfig hands the ConfigMap's file to the real
+// `outboxctl relay --config FILE --print-config`, which refuses unknown
+// keys and bad values, and checks the settings the manifests rely on took
+// effect.
+func TestConfigMapIsARelayConfig(t *testing.T) {
+	t.Parallel()
+	bin := outboxctl(t)
+	var cm object
+	for _, o := range readManifests(t) {
+		if o.Kind == "ConfigMap" {
+			cm = o
+		}
+	}
+	text, ok := cm.Data["relay.yaml"]
+	if !ok {
+		t.Fatalf("ConfigMap %s has no relay.yaml (keys %v)", cm.Metadata.Name, keysOf(cm.Data))
+	}
+	file := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "relay", "--config", file, "--print-config")
+	cmd.Env = environ()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("outboxctl relay --config (the ConfigMap's relay.yaml) --print-config: %v\n%s", err, out)
+	}
+	var effective map[string]string
+	if err := yaml.Unmarshal(out, &effective); err != nil {
+		t.Fatalf("--print-config printed no YAML mapping: %v\n%s", err, out)
+	}
+	var fromFile map[string]any
+	if err := yaml.Unmarshal([]byte(text), &fromFile); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range fromFile {
+		want := fmt.Sprint(v)
+		if list, ok := v.([]any); ok {
+			var parts []string
+			for _, p := range list {
+				parts = append(parts, fmt.Sprint(p))
+			}
+			want = strings.Join(parts, ",")
+		}
+		if effective[k] != want {
+			t.Errorf("the ConfigMap sets %s: %s, the relay's effective value is %q", k, want, effective[k])
+		}
+	}
 }

@@ -198,4 +198,3 @@ func environ(extra ...string) []string {
 	}
 	return append(out, extra...)
 }
-

@@ -269,9 +269,15 @@
 //     statement whatever the size.
 //   - DeletePublished deletes rows on publish instead of keeping them: the
 //     fastest drain, but nothing to inspect or replay afterwards.
-//   - Otherwise run Prune on a schedule (it deletes in bounded batches) so the
-//     table and its primary key stay small; the pending index never holds
-//     published rows, so claims do not slow down with history either way.
+//   - Otherwise let a Retention prune published rows (and processed
+//     records) past their horizon: every relay process may run one; a
+//     lease row (migration 009) makes exactly one of them prune at a time,
+//     in bounded, paced batches, handing over within a lease when it dies,
+//     behind PgBouncer and on database/sql alike. Dead letters and pending
+//     rows are never deleted. outboxctl relay runs one per tenant. Prune is
+//     the same deletion for a cron job. The table and its primary key stay
+//     small; the pending index never holds published rows, so claims do
+//     not slow down with history either way.
 //   - The table has fillfactor 40 (migration 004) so every lease update
 //     stays on its page: touching no indexed column, it is then a HOT update
 //     that adds no index entries, and the claim returns each row's address

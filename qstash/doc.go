@@ -213,6 +213,26 @@
 // order holds). Any other transport adapter that takes a core.Handler can
 // write into the inbox through its Handle method.
 //
+// # A relay run by a schedule
+//
+// On a platform with no long-running process (a serverless function), a
+// QStash schedule runs the relay: a DrainHandler verifies each scheduled
+// delivery like a Receiver and runs one bounded drain of the outbox
+// (core.Relay.DrainWithin) within DrainHandlerConfig.Budget (25s by
+// default), answering with a JSON report of what it did. A run that meets
+// its budget, or is killed, loses nothing: published events are settled,
+// the batch in flight is released, and the next run goes on.
+//
+//	relay, _ := core.NewRelay(store, pub, nil)
+//	dh, _ := qstash.NewDrainHandler(&qstash.DrainHandlerConfig{
+//		CurrentSigningKey: cur, NextSigningKey: next,
+//		URL: "https://relay.example.com/drain", Relay: relay,
+//	})
+//	http.Handle("POST /drain", dh)
+//	// once: POST /v2/schedules/https://relay.example.com/drain, Upstash-Cron: * * * * *
+//
+// examples/serverless-relay runs it against a qstashdev schedule.
+//
 // # Testing
 //
 // Package qstashdev is an in-memory QStash for tests and local development:

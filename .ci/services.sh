@@ -263,10 +263,21 @@ ensure_node() {
   node --version >/dev/null
 }
 
+# Debian's Chromium runs the dashboard's browser tests (contrib/dashboard,
+# driven by chromedp): they fail, never skip, when /usr/bin/chromium is
+# missing. Nothing downloads a browser of its own.
+ensure_chromium() {
+  [ -x /usr/bin/chromium ] && return 0
+  log "Chromium missing: installing Debian's chromium with apt-get"
+  apt_install chromium
+  [ -x /usr/bin/chromium ]
+}
+
 ensure_postgres
 ensure_pgbouncer
 ensure_nats
 ensure_rabbitmq
 ensure_prometheus
 ensure_node
-log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up; promtool, prometheus, node and npm are installed"
+ensure_chromium
+log "PostgreSQL, PgBouncer, NATS and RabbitMQ are up; promtool, prometheus, node, npm and chromium are installed"

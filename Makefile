@@ -4,7 +4,7 @@ GO ?= go
 # pattern reaches all of them, where ./... would stop at the root module.
 PKGS := github.com/outboxkit/outboxkit/...
 
-.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench
+.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak
 
 test: fmt-check vet repo-check unit examples-smoke
 
@@ -53,6 +53,14 @@ examples-smoke:
 # versions as part of `unit`.
 chaos:
 	$(GO) test -race -count=1 -v -timeout 20m -run 'TestChaosLong' ./internal/chaos/ -args -long
+
+# The relay service's memory over time (contrib/outboxctl TestRelaySoak):
+# ten schemas in one `outboxctl relay` process for 10 minutes under a steady
+# load, failing if its resident memory (VmRSS) grows more than 10 % after
+# the 2-minute warm-up. Built without -race, whose shadow memory is not the
+# relay's. Not part of `make test`.
+relay-soak:
+	$(GO) test -count=1 -v -timeout 20m -run 'TestRelaySoak' ./contrib/outboxctl/ -args -soak 10m
 
 # Fuzz targets. An execution count rather than a duration sidesteps a Go 1.26
 # fuzzing bug that reports "context deadline exceeded" at the time limit.

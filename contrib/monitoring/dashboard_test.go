@@ -13,7 +13,7 @@ import (
 const dashboardFile = "grafana/outboxkit.json"
 
 // selector matches an outboxkit series and its label matchers, if any.
-var selector = regexp.MustCompile(`(outboxkit_[a-z_]+)(\{[^}]*\})?`)
+var selector = regexp.MustCompile(`(outbox(?:kit|ctl)_[a-z_]+)(\{[^}]*\})?`)
 
 // dashboard is the part of a Grafana dashboard the tests read.
 type dashboard struct {
@@ -94,7 +94,7 @@ func TestDashboard(t *testing.T) {
 	for _, v := range d.Templating.List {
 		vars = append(vars, v.Name)
 		if q, ok := v.Query.(map[string]any); ok {
-			for _, s := range outboxkitSeries(q["query"].(string)) {
+			for _, s := range ourSeries(q["query"].(string)) {
 				if _, ok := FamilyOf(s); !ok {
 					t.Errorf("variable %s queries %s, which the relay does not serve", v.Name, s)
 				}
@@ -129,7 +129,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("panel %q has no query", p.Title)
 		}
 		for _, tg := range p.Targets {
-			series := outboxkitSeries(tg.Expr)
+			series := ourSeries(tg.Expr)
 			for _, s := range series {
 				used[s] = true
 				if _, ok := FamilyOf(s); !ok {
@@ -137,8 +137,8 @@ func TestDashboard(t *testing.T) {
 				}
 			}
 			for _, sel := range selector.FindAllStringSubmatch(tg.Expr, -1) {
-				if _, ok := FamilyOf(sel[1]); !ok {
-					continue // a label name (by (outboxkit_outcome)), or reported above
+				if m, ok := FamilyOf(sel[1]); !ok || m.NoTenant {
+					continue // a label name (by (outboxkit_outcome)), reported above, or not a tenant's
 				}
 				for _, v := range []string{`database=~"$database"`, `schema=~"$schema"`, `table=~"$table"`} {
 					if !strings.Contains(sel[2], v) {

@@ -401,13 +401,14 @@ func TestPrometheusAlertsOnARealRelay(t *testing.T) {
 	t.Logf("end to end in %.1fs (build included)", time.Since(start).Seconds())
 }
 
-// onlyAfterSettleFailures are families the exporter creates on their first
-// data point, which only a failed settle gives: the end-to-end scenario
-// has none, so their names are checked against the exporter in process
-// (TestMetricsAsTheExporterServesThem) rather than on the relay.
-var onlyAfterSettleFailures = map[string]bool{
+// onlyAfterFailures are families the exporter creates on their first data
+// point, which only a failed settle or a failed tenant gives: the
+// end-to-end scenario has neither, so the tracing ones are checked against
+// the exporter in process (TestMetricsAsTheExporterServesThem) instead.
+var onlyAfterFailures = map[string]bool{
 	"outboxkit_settle_errors_total":    true,
 	"outboxkit_events_unsettled_total": true,
+	"outboxctl_tenant_failures_total":  true,
 }
 
 // usedFamilies are the families the rules and the dashboard query.
@@ -415,7 +416,7 @@ func usedFamilies(t *testing.T) map[string]bool {
 	t.Helper()
 	used := map[string]bool{}
 	add := func(expr string) {
-		for _, s := range outboxkitSeries(expr) {
+		for _, s := range ourSeries(expr) {
 			if m, ok := FamilyOf(s); ok {
 				used[m.Name] = true
 			} else {
@@ -451,8 +452,8 @@ func checkServedMetrics(t *testing.T, metricsURL, schema string) {
 		m, _ := lookup(name)
 		f, ok := families[name]
 		if !ok {
-			if onlyAfterSettleFailures[name] {
-				t.Logf("%s: not served yet (no settle failed in this scenario); its name is checked against the exporter in process", name)
+			if onlyAfterFailures[name] {
+				t.Logf("%s: not served (nothing failed that way in this scenario)", name)
 				continue
 			}
 			t.Errorf("the rules or the dashboard use %s, which outboxctl relay does not serve", name)
@@ -467,11 +468,15 @@ func checkServedMetrics(t *testing.T, metricsURL, schema string) {
 			for _, l := range s.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["schema"] != schema {
+			if !m.NoTenant && labels["schema"] != schema {
 				continue
 			}
 			found = true
-			for _, l := range TenantLabels() {
+			want := m.Labels
+			if !m.NoTenant {
+				want = append(TenantLabels(), m.Labels...)
+			}
+			for _, l := range want {
 				if labels[l] == "" {
 					t.Errorf("%s has no %s label: %v", name, l, labels)
 				}

@@ -2,9 +2,10 @@ package monitoring
 
 import "github.com/outboxkit/outboxkit/tracing"
 
-// Metric is one Prometheus metric family that a relay exporting the tracing
-// package's instruments through the OpenTelemetry Prometheus exporter
-// serves, under the name the exporter gives it.
+// Metric is one Prometheus metric family that `outboxctl relay` serves on
+// /metrics (the tracing package's instruments and the service's own,
+// through the OpenTelemetry Prometheus exporter), under the name the
+// exporter gives it.
 type Metric struct {
 	// Name is the family's Prometheus name: the instrument's name with dots
 	// turned into underscores, the unit's suffix ("s" becomes _seconds;
@@ -16,14 +17,21 @@ type Metric struct {
 	Instrument string
 	// Unit is the instrument's UCUM unit.
 	Unit string
-	// Labels are the family's own labels, beside the tenant's (TenantLabels)
-	// and the exporter's otel_scope_* labels; attribute keys are spelled as
-	// the exporter spells them (dots become underscores).
+	// Labels are the family's own labels, beside the tenant's (TenantLabels);
+	// attribute keys are spelled as the exporter spells them (dots become
+	// underscores).
 	Labels []string
+	// Service marks the instruments of `outboxctl relay` itself
+	// (outboxctl.*), which other programs running the tracing package's
+	// instruments do not have.
+	Service bool
+	// NoTenant marks a family without the tenant's labels: per process,
+	// per database or per transport.
+	NoTenant bool
 }
 
-// TenantLabels are the labels every outboxkit family carries in
-// `outboxctl relay`: which outbox table of which database the numbers
+// TenantLabels are the labels every family carries in `outboxctl relay`,
+// unless it is NoTenant: which outbox table of which database the numbers
 // are about. Rules and panels aggregate by them.
 func TenantLabels() []string { return []string{"database", "schema", "table"} }
 
@@ -49,6 +57,30 @@ func Metrics() []Metric {
 			Labels: []string{"outboxkit_publish_result", "messaging_system"}},
 		{Name: "outboxkit_settle_errors_total", Type: "counter", Instrument: tracing.MetricSettleErrors, Unit: "{batch}",
 			Labels: []string{"error_type", "messaging_system"}},
+
+		// The service's own instruments (contrib/outboxctl, package main,
+		// so their names are not constants to import). Readiness, as
+		// /readyz reports it.
+		{Name: "outboxctl_tenant_ready", Type: "gauge", Instrument: "outboxctl.tenant.ready", Service: true},
+		{Name: "outboxctl_tenant_failures_total", Type: "counter", Instrument: "outboxctl.tenant.failures", Unit: "{failure}", Service: true},
+		// Retention (postgres.Retention in each tenant's relay): every
+		// relay reports whether it leads; only the leader reports the
+		// backlog.
+		{Name: "outboxctl_retention_leader", Type: "gauge", Instrument: "outboxctl.retention.leader", Service: true},
+		{Name: "outboxctl_retention_deleted_total", Type: "counter", Instrument: "outboxctl.retention.deleted", Unit: "{row}", Service: true,
+			Labels: []string{"kind"}},
+		{Name: "outboxctl_retention_backlog_seconds", Type: "gauge", Instrument: "outboxctl.retention.backlog", Unit: "s", Service: true,
+			Labels: []string{"kind"}},
+		{Name: "outboxctl_retention_last_pass_timestamp_seconds", Type: "gauge", Instrument: "outboxctl.retention.last_pass.timestamp", Unit: "s", Service: true},
+		{Name: "outboxctl_retention_passes_total", Type: "counter", Instrument: "outboxctl.retention.passes", Unit: "{pass}", Service: true,
+			Labels: []string{"result"}},
+		// Per process and dependency rather than per tenant: they carry
+		// no (or not all of the) tenant labels.
+		{Name: "outboxctl_ready", Type: "gauge", Instrument: "outboxctl.ready", Service: true, NoTenant: true},
+		{Name: "outboxctl_database_up", Type: "gauge", Instrument: "outboxctl.database.up", Service: true, NoTenant: true,
+			Labels: []string{"database"}},
+		{Name: "outboxctl_transport_up", Type: "gauge", Instrument: "outboxctl.transport.up", Service: true, NoTenant: true,
+			Labels: []string{"transport"}},
 	}
 }
 

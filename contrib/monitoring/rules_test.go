@@ -23,8 +23,7 @@ var wantAlerts = []string{
 	"OutboxDeadLettersIncreasing",
 	"OutboxRelayDown",
 	"OutboxSettleErrors",
-	// OutboxRetentionFallingBehind joins this list with its rule, once the
-	// relay exports retention's numbers.
+	"OutboxRetentionFallingBehind",
 }
 
 // ruleFile is the part of a Prometheus rule file the tests read.
@@ -104,19 +103,21 @@ var (
 	matchers = regexp.MustCompile(`\{[^}]*\}`)
 	grouping = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
 	// identifier is a metric name, once those parts are gone (functions
-	// and keywords match too; only outboxkit_ names are kept).
+	// and keywords match too; only outboxkit_ and outboxctl_ names are
+	// kept).
 	identifier = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
 )
 
-// outboxkitSeries returns the outboxkit_ metric names a PromQL expression
-// selects: label names in matchers and in by (...) are not metric names.
-func outboxkitSeries(expr string) []string {
+// ourSeries returns the outboxkit_ and outboxctl_ metric names a PromQL
+// expression selects: label names in matchers and in by (...) are not
+// metric names.
+func ourSeries(expr string) []string {
 	expr = quoted.ReplaceAllString(expr, `""`)
 	expr = matchers.ReplaceAllString(expr, "{}")
 	expr = grouping.ReplaceAllString(expr, "")
 	var out []string
 	for _, m := range identifier.FindAllString(expr, -1) {
-		if strings.HasPrefix(m, "outboxkit_") && !slices.Contains(out, m) {
+		if (strings.HasPrefix(m, "outboxkit_") || strings.HasPrefix(m, "outboxctl_")) && !slices.Contains(out, m) {
 			out = append(out, m)
 		}
 	}
@@ -125,11 +126,12 @@ func outboxkitSeries(expr string) []string {
 
 func TestOutboxkitSeries(t *testing.T) {
 	t.Parallel()
-	got := outboxkitSeries(`sum by (outboxkit_outcome, schema) (rate(outboxkit_events_settled_total{schema=~"$schema", outboxkit_outcome="published"}[5m]))` +
-		` / on (outboxkit_x) group_left (outboxkit_y) outboxkit_events_pending{a="outboxkit_not_a_metric"} > outboxkit_events_leased`)
-	want := []string{"outboxkit_events_settled_total", "outboxkit_events_pending", "outboxkit_events_leased"}
+	got := ourSeries(`sum by (outboxkit_outcome, schema) (rate(outboxkit_events_settled_total{schema=~"$schema", outboxkit_outcome="published"}[5m]))` +
+		` / on (outboxkit_x) group_left (outboxkit_y) outboxkit_events_pending{a="outboxkit_not_a_metric"} > outboxkit_events_leased` +
+		` or time() - outboxctl_retention_last_pass_timestamp_seconds`)
+	want := []string{"outboxkit_events_settled_total", "outboxkit_events_pending", "outboxkit_events_leased", "outboxctl_retention_last_pass_timestamp_seconds"}
 	if !slices.Equal(got, want) {
-		t.Errorf("outboxkitSeries = %v, want %v", got, want)
+		t.Errorf("ourSeries = %v, want %v", got, want)
 	}
 }
 
@@ -147,9 +149,9 @@ func TestAlertRules(t *testing.T) {
 			t.Errorf("rule %q is not an alert: recording rules belong in a file of their own", r.Expr)
 			continue
 		}
-		used := outboxkitSeries(r.Expr)
+		used := ourSeries(r.Expr)
 		if len(used) == 0 && !strings.Contains(r.Expr, "up{") {
-			t.Errorf("%s uses no outboxkit metric: %s", r.Alert, r.Expr)
+			t.Errorf("%s uses no metric of the relay's: %s", r.Alert, r.Expr)
 		}
 		for _, s := range used {
 			if _, ok := FamilyOf(s); !ok {

@@ -1,7 +1,8 @@
 // Package interop is the root of the internal/interop module, where the
 // tests that need third-party SDKs live: the OpenTelemetry SDK
-// (internal/interop/tracing) and the official QStash Go SDK
-// (internal/interop/qstashsdk).
+// (internal/interop/tracing), the official QStash Go SDK
+// (internal/interop/qstashsdk) and the official QStash TypeScript SDK,
+// run with Node.js from a Go test (internal/interop/qstashts).
 //
 // It is a module of its own because Go's module graph pruning hands every
 // requirement of the root go.mod, test-only ones included, to every service

@@ -59,6 +59,45 @@
 // as you need: leases and FOR UPDATE SKIP LOCKED keep them apart without
 // coordination. docs/OPERATIONS.md covers tuning, alerting and the rest.
 //
+// # The relay service
+//
+// A running relay serves /metrics (Prometheus), /healthz and /readyz on
+// --http-addr (default :9464), exports traces and metrics over OTLP when
+// the OTEL_* variables name an endpoint, relays many tenants (--schemas
+// a,b,c or '*', databases from a --config YAML file), waits for its
+// dependencies at start with --wait, and prunes old rows (--retain-published
+// 7d, --retain-processed 30d) from one relay per table at a time.
+//
+// Its metric names are stable; alert rules and dashboards use them. From
+// the tracing package's instruments, each labelled database (host:port/name,
+// no credentials), schema and table:
+//
+//	outboxkit_events_pending                     gauge
+//	outboxkit_events_leased                      gauge
+//	outboxkit_events_oldest_pending_age_seconds  gauge
+//	outboxkit_events_dead_lettered               gauge
+//	outboxkit_events_settled_total               counter, outboxkit_outcome, cloudevents_event_type, messaging_system
+//	outboxkit_events_unsettled_total             counter, outboxkit_outcome, error_type
+//	outboxkit_events_attempts                    histogram, outboxkit_outcome
+//	outboxkit_publish_duration_seconds           histogram, outboxkit_publish_result
+//	outboxkit_settle_errors_total                counter, error_type
+//
+// (outboxkit_events_duplicates_total is the consumers' Deduper's, not the
+// relay's.) The service's own:
+//
+//	outboxctl_ready                                   gauge: 1 when /readyz answers 200
+//	outboxctl_tenant_ready                            gauge per tenant (database, schema, table)
+//	outboxctl_tenant_failures_total                   counter per tenant: stops and failed starts, each retried
+//	outboxctl_database_up                             gauge per database
+//	outboxctl_transport_up                            gauge, transport
+//	outboxctl_retention_leader                        gauge per tenant: 1 where this process prunes
+//	outboxctl_retention_deleted_total                 counter per tenant, kind=published|processed
+//	outboxctl_retention_passes_total                  counter per tenant, result=ok|failed
+//	outboxctl_retention_backlog_seconds               gauge per tenant, kind (the leader's)
+//	outboxctl_retention_last_pass_timestamp_seconds   gauge per tenant
+//
+// plus target_info and the Go and process collectors (go_*, process_*).
+//
 // # Inboxes
 //
 // A consumer's inbox (postgres.Inbox) is an outbox table of its own,

@@ -46,7 +46,34 @@ for nats and amqp it is a topic.
 publish still runs, or another relay would publish the same events.
 
 With --drain the relay processes every due event once and exits (for cron
-or serverless schedules) instead of running until stopped.`
+or serverless schedules) instead of running until stopped.
+
+As a service it serves, on --http-addr (default :9464; "" turns it off):
+  /metrics  Prometheus text: outboxkit_* per tenant (labels database,
+            schema, table) and outboxctl_* about the service itself
+  /healthz  200 while the process runs
+  /readyz   200 when the database answers, every tenant's schema is at
+            the expected migration, the transport answers and claims
+            complete; else 503 with the reasons in JSON
+  /debug/pprof/  only with --pprof
+OTLP export follows the OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT,
+_PROTOCOL, _HEADERS, OTEL_SERVICE_NAME, OTEL_TRACES_EXPORTER=none, ...); it
+is off until an endpoint or an exporter is named.
+
+Tenants: --schemas a,b,c relays several schemas of --database-url, each with
+its own relay; --schemas '*' every schema holding --table, looked for again
+every --discover-interval; a --config file adds other databases. A tenant
+that fails (its table dropped) is reported and retried with backoff; the
+others go on. The tenants of a database share one pool (--max-conns).
+
+--wait D retries PostgreSQL, the migrations and the transport at start for
+up to D instead of exiting. Retention (--retain-published, --retain-processed)
+runs on one relay per table at a time.
+
+--config FILE is YAML whose keys are these flags' names (plus databases);
+${VAR} in a value reads the environment. A flag beats its environment
+variable, which beats the file. --print-config shows the result, secrets
+redacted.`
 
 func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	fs := a.newFlagSet("relay", "[--transport qstash|nats|amqp] [--destination D | --routes FILE] [--config FILE] [flags]", relayHelp)

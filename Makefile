@@ -38,6 +38,7 @@ jaeger-check:
 
 examples-smoke:
 	$(GO) run ./examples/inmemory
+	$(GO) run ./examples/serverless-relay
 	$(GO) run ./examples/quickstart
 	DATABASE_URL='postgres://postgres@127.0.0.1:6432/test?sslmode=disable' WAKEUP_URL='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' $(GO) run ./examples/quickstart
 	$(GO) run ./examples/database-sql

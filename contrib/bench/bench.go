@@ -333,9 +333,9 @@ func (b *bench) runWrite(ctx context.Context) error {
 				case c.system == sysPgbench:
 					tps, err = b.writePgbench(ctx, c, dir)
 				case c.driver != "":
-					tps, err = b.writeSQL(ctx, ws.main, c, prof)
+					return b.writeSQL(ctx, ws.main, c, prof)
 				default:
-					tps, err = b.writeGo(ctx, ws.main, c, prof)
+					return b.writeGo(ctx, ws.main, c, prof)
 				}
 				return writeResult{tps: tps}, err
 			})
@@ -345,6 +345,10 @@ func (b *bench) runWrite(ctx context.Context) error {
 			}
 			b.logf("write %s %s rep %d: %.0f tx/s", c.name, c.system, rep+1, res.tps)
 			b.rep.add("write", c.name, c.system, "tx/s", res.tps)
+			if res.procCPU > 0 {
+				b.rep.add("write", c.name, c.system, "Go CPU µs/tx", res.procCPU)
+				b.rep.add("write", c.name, c.system, "PG CPU µs/tx", res.dbCPU)
+			}
 			if c.consume {
 				b.rep.add("write", c.name, c.system, "consumed/s", res.consumed)
 			}

@@ -130,15 +130,19 @@ func redactDSN(dsn string) string {
 // writeSQL is writeGo through database/sql: writers goroutines for the
 // write duration, each committing a *sql.Tx that updates one random
 // account and, with c.event, adds an event through postgres.SQL(tx).
-func (b *bench) writeSQL(ctx context.Context, s *schema, c writeCase, profile string) (float64, error) {
+func (b *bench) writeSQL(ctx context.Context, s *schema, c writeCase, profile string) (writeResult, error) {
 	db, err := openSQLDB(ctx, c.driver, b.o.dsn, b.o.writers)
 	if err != nil {
-		return 0, err
+		return writeResult{}, err
 	}
 	defer db.Close()
 	store, err := postgres.New(db, &postgres.Config{Schema: s.name, Notify: c.notify, Wakeup: postgres.WakeupPoll})
 	if err != nil {
-		return 0, err
+		return writeResult{}, err
+	}
+	pids, err := sqlBackendPIDs(ctx, db, b.o.writers)
+	if err != nil {
+		return writeResult{}, err
 	}
 	update := `UPDATE ` + s.table("accounts") + ` SET balance = balance + 1 WHERE id = $1`
 	payload := []byte(benchPayload)
@@ -158,9 +162,7 @@ func (b *bench) writeSQL(ctx context.Context, s *schema, c writeCase, profile st
 		}
 		return tx.Commit()
 	}
-	stopProf := startProfile(profile)
-	defer stopProf()
-	return closedLoop(ctx, b.o.writers, b.o.writeFor, tx1)
+	return meteredLoop(ctx, b.o.writers, b.o.writeFor, pidMeter(pids), profile, tx1)
 }
 
 // sqlWriteCases are the write workload's database/sql cases (with
@@ -187,10 +189,15 @@ func (b *bench) sqlRatios() {
 	for _, d := range sqlDrivers {
 		for _, cas := range []string{caseAlone, caseEvent} {
 			r.ratio("write", cas, "*sql.Tx ("+d+") / pgx.Tx", "tx/s", sysSQLWriter(d), sysOutboxkit)
+			r.ratio("write", cas, "Go CPU per tx: *sql.Tx ("+d+") / pgx.Tx", "Go CPU µs/tx", sysSQLWriter(d), sysOutboxkit)
+			r.ratio("write", cas, "PG CPU per tx: *sql.Tx ("+d+") / pgx.Tx", "PG CPU µs/tx", sysSQLWriter(d), sysOutboxkit)
 		}
 		r.ratioOf("write", "with event / alone (*sql.Tx, "+d+")", "tx/s", caseEvent, sysSQLWriter(d), caseAlone, sysSQLWriter(d))
 		for _, batch := range b.o.batches {
-			r.ratio("drain", fmt.Sprintf("batch=%d", batch), "*sql.DB ("+d+") / *pgxpool.Pool", "events/s", sysSQLDrain(d), sysOutboxkit)
+			cas := fmt.Sprintf("batch=%d", batch)
+			r.ratio("drain", cas, "*sql.DB ("+d+") / *pgxpool.Pool", "events/s", sysSQLDrain(d), sysOutboxkit)
+			r.ratio("drain", cas, "Go CPU per event: *sql.DB ("+d+") / *pgxpool.Pool", "Go CPU µs/event", sysSQLDrain(d), sysOutboxkit)
+			r.ratio("drain", cas, "PG CPU per event: *sql.DB ("+d+") / *pgxpool.Pool", "PG CPU µs/event", sysSQLDrain(d), sysOutboxkit)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestSmokeDatabaseSQL(t *testing.T) {
 		if err := resetWrite(ctx, ws); err != nil {
 			t.Fatal(err)
 		}
-		tps, err := b.writeSQL(ctx, ws.main, c, "")
+		res, err := b.writeSQL(ctx, ws.main, c, "")
 		if err != nil {
 			t.Fatalf("write %s %s: %v", c.name, c.system, err)
 		}
@@ -52,8 +52,8 @@ func TestSmokeDatabaseSQL(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !(tps > 0) || (events > 0) != c.event {
-			t.Errorf("write %s %s: %.0f tx/s, %d events in the outbox", c.name, c.system, tps, events)
+		if !(res.tps > 0) || !(res.procCPU > 0) || (events > 0) != c.event {
+			t.Errorf("write %s %s: %.0f tx/s, %.1f µs of Go CPU per tx, %d events in the outbox", c.name, c.system, res.tps, res.procCPU, events)
 		}
 	}
 

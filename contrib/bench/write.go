@@ -55,6 +55,9 @@ type writeCase struct {
 type writeResult struct {
 	tps      float64 // business transactions committed per second
 	consumed float64 // events the consumer handled per second (0: none ran)
+	// µs of CPU per transaction of this process and of the writers'
+	// PostgreSQL backends (the Go UPDATE cases; 0 elsewhere)
+	procCPU, dbCPU float64
 }
 
 const (
@@ -175,16 +178,20 @@ func resetWrite(ctx context.Context, ws *writeSchemas) error {
 // writeGo runs writers goroutines for d, each committing business
 // transactions (UPDATE one random account, and with event an outbox event
 // through postgres.Store.Add) back to back. It returns transactions per
-// second.
-func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile string) (float64, error) {
+// second and the CPU each cost.
+func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile string) (writeResult, error) {
 	pool, err := newPool(ctx, b.o.dsn, int32(b.o.writers))
 	if err != nil {
-		return 0, err
+		return writeResult{}, err
 	}
 	defer pool.Close()
 	store, err := postgres.New(pool, &postgres.Config{Schema: s.name, Notify: c.notify, NotifyInterval: c.interval})
 	if err != nil {
-		return 0, err
+		return writeResult{}, err
+	}
+	meter, err := newCPUMeter(ctx, pool)
+	if err != nil {
+		return writeResult{}, err
 	}
 	update := `UPDATE ` + s.table("accounts") + ` SET balance = balance + 1 WHERE id = $1`
 	payload := []byte(benchPayload)
@@ -208,9 +215,23 @@ func (b *bench) writeGo(ctx context.Context, s *schema, c writeCase, profile str
 		store.Notify() // a no-op unless NotifyAfterCommit
 		return nil
 	}
+	return meteredLoop(ctx, b.o.writers, b.o.writeFor, meter, profile, tx1)
+}
+
+// meteredLoop is closedLoop measured: transactions per second, and the
+// CPU per transaction of this process and of meter's backends.
+func meteredLoop(ctx context.Context, workers int, d time.Duration, meter *cpuMeter, profile string, fn func(context.Context, *rand.Rand) error) (writeResult, error) {
 	stopProf := startProfile(profile)
-	defer stopProf()
-	return closedLoop(ctx, b.o.writers, b.o.writeFor, tx1)
+	start := time.Now()
+	tps, err := closedLoop(ctx, workers, d, fn)
+	elapsed := time.Since(start)
+	procCPU, dbCPU := meter.stop()
+	stopProf()
+	if err != nil {
+		return writeResult{}, err
+	}
+	n := int(tps * elapsed.Seconds())
+	return writeResult{tps: tps, procCPU: perEvent(procCPU, n), dbCPU: perEvent(dbCPU, n)}, nil
 }
 
 // closedLoop runs fn back to back from workers goroutines for d and returns

@@ -91,6 +91,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 		// means no grace; an operator who typed 0s meant no grace.
 		s.cfg.ShutdownTimeout = -1
 	}
+	s.httpAddrGiven = flagGiven(fs, "http-addr") || a.getenv("OUTBOX_HTTP_ADDR") != ""
 	if s.printConfig {
 		return a.printRelayConfig(fs, &s)
 	}

@@ -53,7 +53,11 @@ type relaySettings struct {
 	statsInterval    time.Duration
 
 	httpAddr string
-	pprof    bool
+	// httpAddrGiven says --http-addr came from a flag, the environment or
+	// the file: a busy address is then an error, while a busy default only
+	// costs that relay its endpoints (two relays on one host, say).
+	httpAddrGiven bool
+	pprof         bool
 
 	// Retention (postgres.Retention), one per tenant; 0 keeps everything.
 	retainPublished   time.Duration

@@ -107,10 +107,14 @@ func (a *app) serveRelay(ctx context.Context, s *relaySettings, specs []database
 	}
 	if s.httpAddr != "" {
 		srv, err := svc.listen(s.httpAddr)
-		if err != nil {
+		switch {
+		case err != nil && !s.httpAddrGiven:
+			a.warn("%v; this relay serves no endpoints", err)
+		case err != nil:
 			return err
+		default:
+			defer srv.close()
 		}
-		defer srv.close()
 	}
 	defer func() {
 		for _, db := range svc.dbs {
@@ -601,7 +605,7 @@ func (svc *service) announceHTTP() {
 func (svc *service) listen(addr string) (*httpServer, error) {
 	srv, err := newHTTPServer(addr, svc.handler(), svc.log)
 	if err != nil {
-		return nil, usageError(fmt.Sprintf("--http-addr %s: %s: choose another address, or --http-addr \"\" to turn the server off", addr, netCause(err)))
+		return nil, usageError(fmt.Sprintf("--http-addr %s: %s: give each relay on a host an address of its own, or --http-addr \"\" to turn the server off", addr, netCause(err)))
 	}
 	svc.httpAddr = srv.addr
 	return srv, nil

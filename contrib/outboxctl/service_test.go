@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -528,4 +529,76 @@ func TestRelayServiceFlags(t *testing.T) {
 	addr := strings.TrimPrefix(httpAddr(t, first), "http://")
 	r := cli(t, qstashEnv(), q.relayArgs(o, "--wakeup", "poll", "--http-addr", addr)...)
 	wantOneLineError(t, r, exitError, "--http-addr "+addr, "address already in use")
+}
+
+// TestRelayServiceFollowsTheTransport: with --wait the relay waits for an
+// unreachable QStash, /readyz saying so; once it runs, QStash going away
+// turns /readyz to 503 (the probe runs every 10 s) and coming back to 200,
+// with a log line for each.
+func TestRelayServiceFollowsTheTransport(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	q := newDevQStash(t, nil)
+	px := newTCPProxy(t, strings.TrimPrefix(q.url, "http://"))
+	px.cut()
+	p := start(t, qstashEnv(), o.args("relay", "--qstash-url", "http://"+px.addr, "--destination", q.consumer,
+		"--log-format", "json", "--wakeup", "poll", "--wait", "2m")...)
+	base := httpAddr(t, p)
+	waitFor(t, 20*time.Second, "/readyz saying it waits for the transport", func() bool {
+		code, rep := readyz(t, base)
+		return code == http.StatusServiceUnavailable && strings.Contains(strings.Join(rep.Reasons, "|"), "waiting for the transport")
+	})
+	px.restore(t)
+	waitFor(t, 30*time.Second, "/readyz 200", func() bool {
+		if p.exited() {
+			t.Fatalf("relay exited (code %d):\n%s", p.code, p.stderr)
+		}
+		code, _ := readyz(t, base)
+		return code == http.StatusOK
+	})
+	px.cut()
+	waitFor(t, 30*time.Second, "/readyz 503 with QStash away", func() bool {
+		code, rep := readyz(t, base)
+		return code == http.StatusServiceUnavailable && rep.Transport != nil && !rep.Transport.Up &&
+			strings.Contains(strings.Join(rep.Reasons, "|"), "cannot reach QStash")
+	})
+	if v, _ := metricSum(scrape(t, base), "outboxctl_transport_up", map[string]string{"transport": "qstash"}); v != 0 {
+		t.Errorf("outboxctl_transport_up = %v with QStash away, want 0", v)
+	}
+	px.restore(t)
+	waitFor(t, 30*time.Second, "/readyz 200 with QStash back", func() bool {
+		code, _ := readyz(t, base)
+		return code == http.StatusOK
+	})
+	if len(logLines(p, "transport unreachable")) == 0 || len(logLines(p, "transport reachable again")) == 0 {
+		t.Errorf("no log lines for QStash going and coming back:\n%s", p.stderr)
+	}
+}
+
+// TestRelayServiceDefaultAddressBusy: when the default :9464 is taken (a
+// second relay on the host), the relay warns and runs without endpoints;
+// an address given explicitly must be free (TestRelayServiceFlags).
+func TestRelayServiceDefaultAddressBusy(t *testing.T) {
+	t.Parallel()
+	if ln, err := net.Listen("tcp", defaultHTTPAddr); err == nil {
+		// Held for the test; if it cannot be had, something else holds it,
+		// which serves as well.
+		t.Cleanup(func() { ln.Close() })
+	}
+	o := newOutbox(t)
+	q := newDevQStash(t, nil)
+	ids := o.insertSQL(t, 2, "order.placed")
+	r := cli(t, withoutEnv(qstashEnv(), "OUTBOX_HTTP_ADDR"), o.args("relay", "--qstash-url", q.url, "--destination", q.consumer, "--drain")...)
+	wantOK(t, r) // --drain serves nothing
+	p := start(t, withoutEnv(qstashEnv(), "OUTBOX_HTTP_ADDR"), q.relayArgs(o, "--wakeup", "poll")...)
+	more := o.insertSQL(t, 2, "order.placed")
+	waitFor(t, 30*time.Second, "events relayed without endpoints", func() bool {
+		if p.exited() {
+			t.Fatalf("relay exited (code %d):\n%s", p.code, p.stderr)
+		}
+		return len(q.got()) == len(ids)+len(more)
+	})
+	if !strings.Contains(p.stderr.String(), "address already in use") || !strings.Contains(p.stderr.String(), "serves no endpoints") {
+		t.Errorf("no warning about the busy default address:\n%s", p.stderr)
+	}
 }

@@ -44,7 +44,7 @@ func TestScheduleDrivenDrain(t *testing.T) {
 	t.Parallel()
 	const (
 		backlog = 250
-		budget  = 600 * time.Millisecond
+		budget  = 1200 * time.Millisecond
 	)
 	clock := qstashdevtest.FakeClock{FakeClock: coretest.NewFakeClock(time.Now().Truncate(time.Minute))}
 	dev, err := qstashdev.New(qstashdev.Config{Clock: clock})
@@ -87,8 +87,11 @@ func TestScheduleDrivenDrain(t *testing.T) {
 	}
 	t.Cleanup(func() { pub.Close() })
 	relay, err := core.NewRelay(store, pub, &core.RelayConfig{
-		BatchSize: 20, PublishTimeout: 150 * time.Millisecond, LeaseDuration: 2 * time.Second,
-		Middleware: []core.PublisherMiddleware{slowPublisher(40 * time.Millisecond)},
+		// A publish that times out under load is retried, as it would be:
+		// with a short backoff, by the next run.
+		BatchSize: 20, PublishTimeout: 400 * time.Millisecond, LeaseDuration: 3 * time.Second,
+		Retry:      core.RetryPolicy{InitialBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond},
+		Middleware: []core.PublisherMiddleware{slowPublisher(60 * time.Millisecond)},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/internal/pgtest"
 	"github.com/outboxkit/outboxkit/postgres"
+	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
 
 // tenantLabels are a tenant's metric labels in the test database.
@@ -601,4 +602,77 @@ func TestRelayServiceDefaultAddressBusy(t *testing.T) {
 	if !strings.Contains(p.stderr.String(), "address already in use") || !strings.Contains(p.stderr.String(), "serves no endpoints") {
 		t.Errorf("no warning about the busy default address:\n%s", p.stderr)
 	}
+}
+
+// TestRelayServiceDatabasesFromConfig relays two databases named in the
+// --config file (the test server, directly and through a proxy, so that
+// one can go away alone): each has its label in /metrics and /readyz, and
+// while the proxied one is cut off the direct one's events keep flowing.
+func TestRelayServiceDatabasesFromConfig(t *testing.T) {
+	t.Parallel()
+	a, b := newOutbox(t), newOutbox(t)
+	q := newDevQStash(t, nil)
+	px := newTCPProxy(t, pgAddr(t))
+	file := filepath.Join(t.TempDir(), "relay.yaml")
+	cfg := fmt.Sprintf(`destination: %s
+qstash-url: %s
+wakeup: poll
+poll-interval: 50ms
+log-format: json
+databases:
+  - name: direct
+    url: ${DIRECT_URL}
+    schemas: [%s]
+  - name: proxied
+    url: ${PROXIED_URL}
+    schemas: [%s]
+    max-conns: 3
+`, q.consumer, q.url, a.schema, b.schema)
+	if err := os.WriteFile(file, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	environ := withoutEnv(env("QSTASH_TOKEN="+qstashdev.DefaultToken, "DIRECT_URL="+pgtest.URL(), "PROXIED_URL="+proxiedURL(t, px)), "DATABASE_URL")
+	p := start(t, environ, "relay", "--config", file)
+	base := httpAddr(t, p)
+	first := append(a.insertSQL(t, 2, "order.placed"), b.insertSQL(t, 3, "order.placed")...)
+	waitFor(t, 30*time.Second, "both databases' events", func() bool {
+		if p.exited() {
+			t.Fatalf("relay exited early (code %d):\n%s", p.code, p.stderr)
+		}
+		return len(q.got()) == len(first)
+	})
+	m := scrape(t, base)
+	for db, s := range map[string]string{"direct": a.schema, "proxied": b.schema} {
+		want := map[string]string{"database": db, "schema": s, "outboxkit_outcome": "published"}
+		if v, _ := metricSum(m, "outboxkit_events_settled_total", want); v == 0 {
+			t.Errorf("no settled count labelled database=%s schema=%s", db, s)
+		}
+	}
+
+	px.cut()
+	waitFor(t, 10*time.Second, "/readyz naming the proxied database", func() bool {
+		code, rep := readyz(t, base)
+		return code == http.StatusServiceUnavailable && strings.Contains(strings.Join(rep.Reasons, "|"), "database proxied")
+	})
+	_, rep := readyz(t, base)
+	for _, d := range rep.Databases {
+		if d.Up != (d.Database == "direct") {
+			t.Errorf("database %s up=%v with the proxy cut", d.Database, d.Up)
+		}
+	}
+	more := a.insertSQL(t, 3, "order.shipped")
+	waitFor(t, 30*time.Second, "the direct database's events while the other is away", func() bool {
+		got := q.got()
+		for _, id := range more {
+			if got[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	px.restore(t)
+	waitFor(t, 30*time.Second, "/readyz 200 again", func() bool {
+		code, _ := readyz(t, base)
+		return code == http.StatusOK
+	})
 }

@@ -175,7 +175,7 @@ func TestOverviewQueriesUseIndexes(t *testing.T) {
 	n := newTableNames(db.schema, "outbox_events")
 	for _, tc := range []struct {
 		name, sql, index string
-		args         []any
+		args             []any
 	}{
 		// The slot index has the pending index's predicate: either serves.
 		{"pending by destination", pendingByDestinationSQL(n), n.pendingIdx + "|" + db.schemaFreeSlotIdx(), nil},

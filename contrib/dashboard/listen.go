@@ -20,7 +20,7 @@ func CheckListen(addr string, auth Auth) error {
 	if auth.Enabled() || isLoopbackHost(host) {
 		return nil
 	}
-	return fmt.Errorf("outboxkit/dashboard: refusing to listen on %s without authentication (%w): listen on 127.0.0.1, or set a bearer token, basic-auth credentials or a trusted proxy header", addr, errNotLoopback)
+	return fmt.Errorf("outboxkit/dashboard: refusing to listen on %s without authentication (%w): listen on 127.0.0.1, or configure authentication (an access token, basic-auth credentials or a trusted proxy header)", addr, errNotLoopback)
 }
 
 // isLoopbackHost reports whether host (an IP or a name, without port) is

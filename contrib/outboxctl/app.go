@@ -111,6 +111,7 @@ var commands = []command{
 	{"replay", "put published or dead-lettered events back to pending, keeping their IDs", (*app).cmdReplay},
 	{"prune", "delete old published events (and, with --processed, old processed-event records)", (*app).cmdPrune},
 	{"qstash-dev", "run the in-memory QStash server for local development", (*app).cmdQStashDev},
+	{"dashboard", "serve the operators' web page: overview, events, dead-letter replay and purge", (*app).cmdDashboard},
 }
 
 // topHelpText is the top-level help with the command list filled in.

@@ -37,6 +37,7 @@ require (
 	github.com/nats-io/nkeys v0.4.17 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/outboxkit/outboxkit/adapters/kafka v0.0.0
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3 // indirect
@@ -78,3 +79,5 @@ require (
 )
 
 replace github.com/outboxkit/outboxkit/adapters/watermill => ../../adapters/watermill
+
+replace github.com/outboxkit/outboxkit/adapters/kafka => ../../adapters/kafka

@@ -45,10 +45,12 @@ type transportFlags struct {
 	natsAutoProvision bool
 
 	amqpURL string
+
+	kafka kafkaFlags
 }
 
 func (t *transportFlags) register(fs *flagSet, getenv func(string) string) {
-	fs.StringVar(&t.kind, "transport", "qstash", "`transport`: qstash, nats (JetStream) or amqp")
+	fs.StringVar(&t.kind, "transport", "qstash", "`transport`: qstash, nats (JetStream), amqp or kafka")
 	fs.StringVar(&t.qstashURL, "qstash-url", envOr(getenv, "QSTASH_URL", qstash.DefaultBaseURL), "QStash API `URL` (env QSTASH_URL)")
 	fs.StringVar(&t.qstashToken, "qstash-token", getenv("QSTASH_TOKEN"), "QStash `token` (env QSTASH_TOKEN); required with --transport qstash")
 	fs.StringVar(&t.destination, "destination", "",
@@ -60,6 +62,7 @@ func (t *transportFlags) register(fs *flagSet, getenv func(string) string) {
 	fs.BoolVar(&t.natsAutoProvision, "nats-auto-provision", false,
 		"nats: create a JetStream stream named after each topic when missing (topics must then be valid stream names: no dots)")
 	fs.StringVar(&t.amqpURL, "amqp-url", envOr(getenv, "AMQP_URL", defaultAMQPURL), "AMQP `URL` (env AMQP_URL)")
+	t.kafka.register(fs, getenv)
 }
 
 // connector makes the transport's core.Publisher, after checking that the
@@ -92,8 +95,10 @@ func (a *app) transport(t *transportFlags, logger *slog.Logger) (connector, erro
 		return a.natsPublisher(t, routes, logger)
 	case "amqp":
 		return a.amqpPublisher(t, routes, logger)
+	case "kafka":
+		return a.kafkaPublisher(t, &t.kafka, routes)
 	}
-	return nil, usageError(fmt.Sprintf("--transport %q: use qstash, nats or amqp", t.kind))
+	return nil, usageError(fmt.Sprintf("--transport %q: use qstash, nats, amqp or kafka", t.kind))
 }
 
 func (a *app) qstashPublisher(t *transportFlags, routes map[string]route) (connector, error) {

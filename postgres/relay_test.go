@@ -300,14 +300,10 @@ func TestListenerSurvivesBackendKill(t *testing.T) {
 	}
 }
 
-// wakeCounter counts the wake-ups its store's Listen delivers and records,
-// for each claimed event, how many there had been when the claim that
-// returned it began.
+// wakeCounter counts the wake-ups its store's Listen delivers.
 type wakeCounter struct {
 	*postgres.Store
-	wakes        atomic.Int64
-	mu           sync.Mutex
-	claimedAfter map[core.ID]int64
+	wakes atomic.Int64
 }
 
 func (w *wakeCounter) Listen(ctx context.Context, wake func()) error {
@@ -317,21 +313,10 @@ func (w *wakeCounter) Listen(ctx context.Context, wake func()) error {
 	})
 }
 
-func (w *wakeCounter) Claim(ctx context.Context, req core.ClaimRequest) (core.Batch, error) {
-	n := w.wakes.Load()
-	b, err := w.Store.Claim(ctx, req)
-	w.mu.Lock()
-	for _, e := range b.Events {
-		w.claimedAfter[e.ID] = n
-	}
-	w.mu.Unlock()
-	return b, err
-}
-
 func TestAfterCommitNotificationDeliversInTxEvent(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 4)
-	relayStore := &wakeCounter{Store: newStore(t, db, postgres.Config{Wakeup: postgres.WakeupListen}), claimedAfter: map[core.ID]int64{}}
+	relayStore := &wakeCounter{Store: newStore(t, db, postgres.Config{Wakeup: postgres.WakeupListen})}
 	pub := memory.NewPublisher()
 	// An hour's poll, even the second look after an empty wake-up, and
 	// batches never full: only a wake-up makes the relay claim again once
@@ -350,14 +335,15 @@ func TestAfterCommitNotificationDeliversInTxEvent(t *testing.T) {
 		if err := pub.WaitFor(ctx, i+1); err != nil {
 			t.Fatalf("event %d written through InTx not delivered: %v", i, err)
 		}
-		relayStore.mu.Lock()
-		after := relayStore.claimedAfter[e.ID]
-		relayStore.mu.Unlock()
-		// A claim that began before the notification arrived (a wake-up
-		// left over from start-up) would not prove anything.
-		if after <= before {
-			t.Fatalf("event %d was claimed without a notification after its commit (wake-ups: %d before, %d at the claim)", i, before, after)
-		}
+		// The commit's notification must reach the relay. Whether the
+		// claim that took the event began after it is left open: a
+		// relay's second look after an earlier round (core.Relay's
+		// pollWait) may start between the commit and the notification's
+		// arrival and find the event first, which is as it should be
+		// (failed once in CI under load when this test required it).
+		waitFor(t, 10*time.Second, fmt.Sprintf("the notification of event %d's commit", i), func() bool {
+			return relayStore.wakes.Load() > before
+		})
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
+	"regexp"
 	"sync"
 	"testing"
 	"time"
@@ -160,4 +162,23 @@ func get(t testing.TB, c *http.Client, u string) (*http.Response, string) {
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(resp.Body)
 	return resp, b.String()
+}
+
+func newJar(t testing.TB) http.CookieJar {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return jar
+}
+
+var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrfFrom is a page's CSRF token, "" without a form.
+func csrfFrom(page string) string {
+	if m := csrfRE.FindStringSubmatch(page); m != nil {
+		return m[1]
+	}
+	return ""
 }

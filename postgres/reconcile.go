@@ -630,7 +630,7 @@ func (r *reconciler) warn() {
 	case rep.OutboxHorizon.IsZero() && rep.Records > 0:
 		rep.Warnings = append(rep.Warnings, "the outbox keeps no published event (pruned, or DeletePublished): published events cannot be checked, and every record reads as a phantom")
 	case !rep.OutboxHorizon.IsZero() && (rep.Since.IsZero() || rep.Since.Before(rep.OutboxHorizon)):
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("the window starts before the oldest published event the outbox keeps (%s): events published earlier were pruned and cannot be checked, and their records may read as phantoms (maybe_pruned)",
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("the window starts before the oldest published event the outbox still keeps (%s): events published earlier and pruned since cannot be checked, and their records read as phantoms (maybe_pruned)",
 			rep.OutboxHorizon.UTC().Format(time.RFC3339)))
 	}
 	if rep.Published > 0 && rep.Applied == 0 && rep.Records == 0 {

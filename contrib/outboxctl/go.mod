@@ -38,6 +38,7 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
 	github.com/outboxkit/outboxkit/adapters/kafka v0.0.0
+	github.com/outboxkit/outboxkit/contrib/dashboard v0.0.0
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3 // indirect
@@ -81,3 +82,5 @@ require (
 replace github.com/outboxkit/outboxkit/adapters/watermill => ../../adapters/watermill
 
 replace github.com/outboxkit/outboxkit/adapters/kafka => ../../adapters/kafka
+
+replace github.com/outboxkit/outboxkit/contrib/dashboard => ../dashboard

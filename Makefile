@@ -4,7 +4,7 @@ GO ?= go
 # pattern reaches all of them, where ./... would stop at the root module.
 PKGS := github.com/outboxkit/outboxkit/...
 
-.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak
+.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak failover
 
 test: fmt-check vet repo-check unit examples-smoke
 
@@ -62,6 +62,14 @@ chaos:
 # relay's. Not part of `make test`.
 relay-soak:
 	$(GO) test -count=1 -v -timeout 20m -run 'TestRelaySoak' ./contrib/outboxctl/ -args -soak 10m
+
+# PostgreSQL failover (internal/chaos TestFailover, longer and busier than
+# the version `make test` runs): a scratch primary and its synchronous
+# streaming replica (pg_createcluster, pg_basebackup, spare ports; needs
+# root), writers and three relays on a multi-host URL, the replica
+# promoted and the old primary stopped mid-run.
+failover:
+	$(GO) test -race -count=1 -v -timeout 10m -run 'TestFailover' ./internal/chaos/ -args -failover.long
 
 # Fuzz targets. An execution count rather than a duration sidesteps a Go 1.26
 # fuzzing bug that reports "context deadline exceeded" at the time limit.

@@ -404,3 +404,18 @@ func (f Finding) MarshalJSON() ([]byte, error) {
 		AgeSeconds float64 `json:"age_seconds,omitempty"`
 	}{plain(f), f.Age.Seconds()})
 }
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *Finding) UnmarshalJSON(b []byte) error {
+	type plain Finding
+	var v struct {
+		plain
+		AgeSeconds float64 `json:"age_seconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*f = Finding(v.plain)
+	f.Age = time.Duration(v.AgeSeconds * float64(time.Second))
+	return nil
+}

@@ -487,7 +487,7 @@ func (d *doctor) checkIdleInTransaction(ctx context.Context) ([]Finding, error) 
 
 func (d *doctor) checkReplicationSlots(ctx context.Context) ([]Finding, error) {
 	rows, err := d.db.Query(ctx, `SELECT slot_name::text, slot_type, COALESCE(database::text, ''), active, COALESCE(active_pid, 0), temporary,
-	COALESCE(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END, restart_lsn), 0)::int8,
+	COALESCE(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_insert_lsn() END, restart_lsn), 0)::int8,
 	COALESCE(wal_status, ''), COALESCE(age(xmin), 0)::int8, COALESCE(age(catalog_xmin), 0)::int8
 FROM pg_catalog.pg_replication_slots
 ORDER BY slot_name`)
@@ -711,9 +711,14 @@ func (d *doctor) inRolledBackTx(ctx context.Context, fn func(tx pgx.Tx) error) e
 	return fn(tx)
 }
 
-// pendingHeadPages is how many pages a search from the head of the
-// pending index may read before its dead entries are worth a finding.
-const pendingHeadPages = 64
+// pendingHeadBuffers is how many buffers (index and table pages, counted
+// at each access) a search from the head of the pending index may read
+// before its dead entries are worth a finding. A clean index needs about
+// four: its root, a leaf and the row. Each dead entry costs a visit to
+// its row's page until a scan marks it dead, and a leaf page per few
+// hundred entries after that: 512 is some thousands of settled events
+// VACUUM has not cleaned up, about a millisecond at every floor search.
+const pendingHeadBuffers = 512
 
 func (d *doctor) checkPendingIndex(ctx context.Context) ([]Finding, error) {
 	idxName := d.n.table + "_pending_idx"
@@ -746,24 +751,24 @@ WHERE p.published_at IS NULL AND p.dead_at IS NULL ORDER BY p.available_at, p.po
 	if err != nil {
 		return nil, err
 	}
-	var pages int64
+	var buffers int64
 	used := false
 	root.walk(func(n *explainNode) {
 		if n.IndexName == idxName {
 			used = true
-			pages = max(pages, n.SharedHit+n.SharedRead)
+			buffers = max(buffers, n.SharedHit+n.SharedRead)
 		}
 	})
 	if !used {
 		return nil, &skipError{reason: "the planner would not walk " + idxName + " for the floor search (is it valid?)"}
 	}
-	if pages <= pendingHeadPages {
+	if buffers <= pendingHeadBuffers {
 		return nil, nil
 	}
 	object := "index " + d.n.schema + "." + idxName
-	return []Finding{{Severity: SeverityWarning, Object: object, Count: pages, Bytes: size,
-		Summary: fmt.Sprintf("finding the oldest pending event from the head of %s reads %d pages (the index is %s): its head holds entries of settled events that VACUUM has not removed, which relays step over at start, every 5 s when they look for the claim floor, and when they give back a cut-off claim",
-			object, pages, formatBytes(size)),
+	return []Finding{{Severity: SeverityWarning, Object: object, Count: buffers, Bytes: size,
+		Summary: fmt.Sprintf("finding the oldest pending event from the head of %s reads %d buffers (index and table pages; the index is %s, a clean one needs about 4): its head holds entries of settled events that VACUUM has not removed, which relays step over at start, every 5 s when they look for the claim floor, and when they give back a cut-off claim",
+			object, buffers, formatBytes(size)),
 		Fix: "VACUUM " + d.n.outbox + " (and keep autovacuum reaching it, with nothing holding back the xmin horizon); if the index stays large once vacuumed: REINDEX INDEX CONCURRENTLY " + d.n.schemaQ + "." + d.n.pendingIdx}}, nil
 }
 

@@ -153,8 +153,8 @@ type ReconcileReport struct {
 	// (or DeletePublished) has removed events, so a window starting
 	// earlier cannot be checked in full.
 	OutboxHorizon time.Time `json:"outbox_horizon,omitzero"`
-	// Warnings say what limits the report (a window older than the
-	// outbox's horizon, a consumer without records at all).
+	// Warnings say what limits the report (phantoms that may be records
+	// of pruned events, a consumer without any record).
 	Warnings []string `json:"warnings"`
 	// TransportError is why the transport lookup failed, if it did; the
 	// missing events then carry no Transport state from that point on.
@@ -217,6 +217,8 @@ type reconciler struct {
 	// inFlightAfter: published after it, an unapplied event is in flight.
 	inFlightAfter time.Time
 	transportDone bool
+	// maybePruned counts phantoms older than the outbox's horizon.
+	maybePruned int64
 }
 
 func (r *reconciler) run(ctx context.Context) (*ReconcileReport, error) {
@@ -607,12 +609,13 @@ LIMIT $6`
 				continue
 			}
 			r.rep.Phantoms++
+			at := finiteTime(p.at)
+			pruned := r.rep.OutboxHorizon.IsZero() || at.Before(r.rep.OutboxHorizon)
+			if pruned {
+				r.maybePruned++
+			}
 			if r.listed(len(r.rep.PhantomRecords)) {
-				at := finiteTime(p.at)
-				r.rep.PhantomRecords = append(r.rep.PhantomRecords, PhantomRecord{
-					EventID: p.id.Bytes, ProcessedAt: at,
-					MaybePruned: r.rep.OutboxHorizon.IsZero() || at.Before(r.rep.OutboxHorizon),
-				})
+				r.rep.PhantomRecords = append(r.rep.PhantomRecords, PhantomRecord{EventID: p.id.Bytes, ProcessedAt: at, MaybePruned: pruned})
 			}
 		}
 		last := page[len(page)-1]
@@ -626,12 +629,13 @@ LIMIT $6`
 // warn notes what limits the report.
 func (r *reconciler) warn() {
 	rep := r.rep
-	switch {
-	case rep.OutboxHorizon.IsZero() && rep.Records > 0:
-		rep.Warnings = append(rep.Warnings, "the outbox keeps no published event (pruned, or DeletePublished): published events cannot be checked, and every record reads as a phantom")
-	case !rep.OutboxHorizon.IsZero() && (rep.Since.IsZero() || rep.Since.Before(rep.OutboxHorizon)):
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("the window starts before the oldest published event the outbox still keeps (%s): events published earlier and pruned since cannot be checked, and their records read as phantoms (maybe_pruned)",
-			rep.OutboxHorizon.UTC().Format(time.RFC3339)))
+	if r.maybePruned > 0 {
+		if rep.OutboxHorizon.IsZero() {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("the outbox keeps no published event (pruned, or DeletePublished), so the consumer's %d phantom record(s) may be records of pruned events: reconcile needs the window's published events kept", r.maybePruned))
+		} else {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%d phantom record(s) were processed before the oldest published event the outbox still keeps (%s): they may be records of events retention pruned; start the window after that time to check only what the outbox holds",
+				r.maybePruned, rep.OutboxHorizon.UTC().Format(time.RFC3339)))
+		}
 	}
 	if rep.Published > 0 && rep.Applied == 0 && rep.Records == 0 {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("consumer %q has no record at all in the window: check the consumer name and ConsumerSchema/ConsumerTable (--consumer-schema, --consumer-table)", rep.Consumer))

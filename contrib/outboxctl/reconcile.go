@@ -127,8 +127,8 @@ func (a *app) cmdReconcile(ctx context.Context, args []string) error {
 	if err != nil {
 		// The library says "consumer's" of what it found (or failed to
 		// read) on the consumer's side.
-		if *consumerURL != "" && strings.Contains(err.Error(), "consumer's") {
-			return a.consumerDBError(err, *consumerURL, cfg)
+		if strings.Contains(err.Error(), "consumer's") {
+			return a.consumerDBError(err, orDefault(*consumerURL, a.g.databaseURL), cfg)
 		}
 		return a.dbError(err)
 	}
@@ -208,7 +208,10 @@ func orDefault(v, def string) string {
 func (a *app) consumerDBError(err error, url string, cfg postgres.ReconcileConfig) error {
 	schema, table := orDefault(cfg.ConsumerSchema, cfg.Schema), orDefault(cfg.ConsumerTable, cfg.Table)
 	e := a.dbErrorAt(err, url, schema, table)
-	return fmt.Errorf("consumer database (--consumer-database-url): %w", e)
+	if url != a.g.databaseURL {
+		return fmt.Errorf("consumer database (--consumer-database-url): %w", e)
+	}
+	return fmt.Errorf("the consumer's records (--consumer-schema, --consumer-table): %w", e)
 }
 
 // pointInTime reads --since or --until: an RFC 3339 time, or a duration

@@ -104,7 +104,7 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 	}
 	steps := map[string]func(context.Context) error{
 		"drain": b.runDrain, "latency": b.runLatency, "write": b.runWrite, "idle": b.runIdle, "growth": b.runGrowth,
-		"qstash": b.runQStash, "scaleout": b.runScaleOut, "consumer": b.runConsumer,
+		"qstash": b.runQStash, "brokers": b.runBrokers, "scaleout": b.runScaleOut, "consumer": b.runConsumer,
 	}
 	for _, w := range allWorkloads {
 		if !o.has(w) {

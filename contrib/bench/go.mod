@@ -21,6 +21,8 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
+	github.com/outboxkit/outboxkit/adapters/kafka v0.0.0
+	github.com/outboxkit/outboxkit/internal/kafkatest v0.0.0
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/riverqueue/river/riverdriver v0.51.2 // indirect
 	github.com/riverqueue/river/rivershared v0.51.2 // indirect
@@ -35,3 +37,7 @@ require (
 )
 
 replace github.com/outboxkit/outboxkit => ../..
+
+replace github.com/outboxkit/outboxkit/adapters/kafka => ../../adapters/kafka
+
+replace github.com/outboxkit/outboxkit/internal/kafkatest => ../../internal/kafkatest

@@ -17,7 +17,7 @@ import (
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // allWorkloads in the order a full run executes them.
-var allWorkloads = []string{"drain", "latency", "write", "consumer", "idle", "growth", "qstash", "scaleout"}
+var allWorkloads = []string{"drain", "latency", "write", "consumer", "idle", "growth", "qstash", "brokers", "scaleout"}
 
 // options are the harness's flags.
 type options struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +38,9 @@ type app struct {
 	g globals
 	// secrets are values (passwords, tokens) redacted from every message.
 	secrets []string
+	// globalsGiven are the global flags given before the command name,
+	// which a relay's --config file must not override.
+	globalsGiven map[string]bool
 }
 
 // globals are the settings every database command takes, from flags or the
@@ -84,6 +88,8 @@ func (a *app) main(ctx context.Context, args []string) int {
 	fs := a.newFlagSet("", "[global flags] <command> [flags]", topHelpText())
 	a.registerGlobals(fs)
 	rest, err := a.parse(fs, args)
+	a.globalsGiven = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { a.globalsGiven[f.Name] = true })
 	if err == nil && len(rest) == 0 {
 		a.usage(fs)
 		err = usageError("no command given: pick one of " + commandNames())

@@ -83,7 +83,7 @@ func (a *app) cmdRelay(ctx context.Context, args []string) error {
 	if err := a.parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := s.loadConfigFile(fs, a.getenv); err != nil {
+	if err := s.loadConfigFile(fs, a.getenv, a.globalsGiven); err != nil {
 		return err
 	}
 	if s.cfg.ShutdownTimeout == 0 && flagGiven(fs, "shutdown-timeout") {

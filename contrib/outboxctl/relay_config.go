@@ -55,7 +55,7 @@ func flagEnv(f *flag.Flag) string {
 
 // loadConfigFile applies the --config file to the flags that neither the
 // command line nor their environment variable set.
-func (s *relaySettings) loadConfigFile(fs *flagSet, getenv func(string) string) error {
+func (s *relaySettings) loadConfigFile(fs *flagSet, getenv func(string) string, given map[string]bool) error {
 	if s.configFile == "" {
 		return nil
 	}
@@ -79,6 +79,9 @@ func (s *relaySettings) loadConfigFile(fs *flagSet, getenv func(string) string) 
 		return bad("want a mapping of flag names to values (batch-size: 100), not a %s", kindName(root))
 	}
 	onCommandLine := map[string]bool{}
+	for name := range given { // global flags before the command name
+		onCommandLine[name] = true
+	}
 	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
 	expand := func(v string) string {
 		return envRef.ReplaceAllStringFunc(v, func(ref string) string { return getenv(ref[2 : len(ref)-1]) })

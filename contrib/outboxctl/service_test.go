@@ -438,6 +438,7 @@ func TestRelayConfigFile(t *testing.T) {
 	write(`# a relay of two tenants
 database-url: postgres://app:${DB_PASSWORD}@db.internal:5432/prod
 schemas: [tenant_a, tenant_b]
+schema: from_file
 destination: https://billing.example.com/qstash/orders
 batch-size: 250
 concurrency: 3
@@ -459,6 +460,7 @@ databases:
 		"concurrency: 5",  // the flag wins
 		"lease: 1m\n",
 		"schemas: tenant_a,tenant_b",
+		"schema: from_file\n",
 		"destination: https://billing.example.com/qstash/orders",
 		`qstash-token: '***'`,
 		"database-url: postgres://app:***@db.internal:5432/prod",
@@ -482,6 +484,12 @@ databases:
 	wantOK(t, r2)
 	if r2.stdout != r.stdout {
 		t.Errorf("printing the printed configuration changed it:\n%s\nvs\n%s", r.stdout, r2.stdout)
+	}
+	// So does a global flag given before the command name.
+	r = cli(t, noDB(), "--schema", "top_level", "relay", "--config", file, "--print-config")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "schema: top_level\n") {
+		t.Errorf("--schema before the command did not win over the file:\n%s", r.stdout)
 	}
 	// An environment variable wins over the file.
 	r = cli(t, noDB("QSTASH_URL=https://from-env.example.com"), "relay", "--config", file, "--print-config")

@@ -44,10 +44,12 @@ fi
 [ -x /usr/bin/time ] || { echo "bench-reconcile: needs GNU time at /usr/bin/time (apt-get install time)" >&2; exit 2; }
 
 q() { PGOPTIONS="-c client_min_messages=warning" psql "$url" -X -q -v ON_ERROR_STOP=1 "$@"; }
-cleanup() { [ "${KEEP:-}" = 1 ] || q -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null 2>&1 || true; }
+# A publication belongs to the database, not the schema: drop it too.
+drop() { q -c "DROP SCHEMA IF EXISTS $schema CASCADE" -c "DROP PUBLICATION IF EXISTS \"outboxkit.$schema.outbox_events\""; }
+cleanup() { [ "${KEEP:-}" = 1 ] || drop >/dev/null 2>&1 || true; }
 trap 'cleanup; rm -rf "$tmp"' EXIT
 
-q -c "DROP SCHEMA IF EXISTS $schema CASCADE" >/dev/null
+drop >/dev/null
 DATABASE_URL=$url "$bin" migrate --schema "$schema" >/dev/null
 echo "loading $n published events and their records into $schema ..."
 start=$(date +%s)

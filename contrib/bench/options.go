@@ -67,6 +67,10 @@ type options struct {
 	record    string
 	cpuprof   string
 	childConc int
+
+	// capacity is the capacity and sizing modes' configuration
+	// (capacity.go), nil when neither was asked for.
+	capacity *capConfig
 }
 
 func (o *options) has(w string) bool { return slices.Contains(o.workloads, w) }
@@ -118,6 +122,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.record, "record", "", "internal: file the relay process records (event ID, lease token) in")
 	fs.StringVar(&o.cpuprof, "relay-cpuprofile", "", "internal: CPU profile file of the relay process")
 	fs.IntVar(&o.childConc, "relay-concurrency", 0, "internal: relay Concurrency of the relay process (0: default)")
+	capFlags := registerCapacityFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -176,6 +181,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	case o.has("growth") && o.growthEvents <= o.events:
 		return nil, fmt.Errorf("-growth-events (%d) must be larger than -events (%d): the growth workload compares the two backlogs", o.growthEvents, o.events)
 	}
+	if o.capacity, err = capFlags.config(o); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -221,9 +229,19 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		return 0
 	}
+	if o.role == capacityRelayRole {
+		if err := runCapacityRelay(ctx, stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "bench capacity relay:", err)
+			return 1
+		}
+		return 0
+	}
 	if o.role != "" {
 		fmt.Fprintf(stderr, "bench: unknown -role %q\n", o.role)
 		return 2
+	}
+	if o.capacity != nil {
+		return runCapacity(ctx, o.capacity, args, stdout, stderr)
 	}
 	rep, err := runAll(ctx, o, stderr)
 	if rep != nil {

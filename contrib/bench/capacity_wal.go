@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// WAL bytes per event. pg_current_wal_lsn() differences count every
+// session's WAL, and on a shared server the others write more than a
+// measurement does (5 MB/s from other engineers' tests on the project's
+// machine while this was built). So the capacity mode reads the WAL
+// records themselves with pg_walinspect (PostgreSQL 15's contrib) and keeps
+// those that touch the measurement's own relations, plus the commit records
+// of the transactions that wrote them: exact whatever else runs. Records
+// are split into full-page images (FPI), which depend on when the last
+// checkpoint was, and the rest, which do not.
+//
+// pg_walinspect needs a superuser (or pg_read_server_files). When it is not
+// installed, the mode installs it into a schema of its own
+// (outboxkit_walinspect) if it may and -wal-inspect allows, and never drops
+// it (another run may be using it). Without it the figure is the server's
+// whole WAL over the window, an upper bound, and the report says so.
+
+// walInspectSchema is where the capacity mode installs pg_walinspect.
+const walInspectSchema = "outboxkit_walinspect"
+
+// walProbe measures the WAL of a window.
+type walProbe struct {
+	admin *pgxpool.Pool
+	// fn is the qualified pg_get_wal_records_info, "" for the server-wide
+	// fallback.
+	fn   string
+	dbID uint32
+	note string
+}
+
+// walGroups is one window's WAL, split by what wrote it.
+type walGroups struct {
+	// Outbox is the records touching the named tables (heap, indexes,
+	// TOAST), Other those touching the window's other relations, Commit the
+	// commit records of the transactions that wrote either.
+	Outbox, Other, Commit walBytes
+	// Exact is false for the server-wide fallback, where everything is in
+	// Outbox.
+	Exact bool
+}
+
+type walBytes struct {
+	Records int64 `json:"records"`
+	Bytes   int64 `json:"bytes"`     // record bytes without full-page images
+	FPI     int64 `json:"fpi_bytes"` // full-page image bytes
+}
+
+func (g walGroups) total() walBytes {
+	return walBytes{Records: g.Outbox.Records + g.Other.Records + g.Commit.Records,
+		Bytes: g.Outbox.Bytes + g.Other.Bytes + g.Commit.Bytes, FPI: g.Outbox.FPI + g.Other.FPI + g.Commit.FPI}
+}
+
+func newWALProbe(ctx context.Context, admin *pgxpool.Pool, allowCreate bool) *walProbe {
+	w := &walProbe{admin: admin}
+	if err := admin.QueryRow(ctx, `SELECT oid FROM pg_database WHERE datname = current_database()`).Scan(&w.dbID); err != nil {
+		w.note = "WAL: server-wide pg_current_wal_lsn() differences (an upper bound: other sessions' WAL included): " + err.Error()
+		return w
+	}
+	find := func() string {
+		var nsp string
+		if err := admin.QueryRow(ctx, `SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_walinspect'`).Scan(&nsp); err != nil {
+			return ""
+		}
+		return pgx.Identifier{nsp, "pg_get_wal_records_info"}.Sanitize()
+	}
+	w.fn = find()
+	created := false
+	if w.fn == "" && allowCreate {
+		_, err := admin.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{walInspectSchema}.Sanitize()+`;
+CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA `+pgx.Identifier{walInspectSchema}.Sanitize())
+		if w.fn = find(); w.fn == "" {
+			w.note = fmt.Sprintf("WAL: server-wide pg_current_wal_lsn() differences (an upper bound: other sessions' WAL included); pg_walinspect could not be installed: %v", err)
+			return w
+		}
+		created = true
+	}
+	if w.fn == "" {
+		w.note = "WAL: server-wide pg_current_wal_lsn() differences (an upper bound: other sessions' WAL included); -wal-inspect=false, and pg_walinspect is not installed"
+		return w
+	}
+	// The functions need a superuser or pg_read_server_files.
+	var lsn string
+	err := admin.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&lsn)
+	if err == nil {
+		_, err = admin.Exec(ctx, `SELECT count(*) FROM `+w.fn+`(pg_current_wal_flush_lsn() - 1024, pg_current_wal_flush_lsn())`)
+	}
+	if err != nil {
+		w.fn = ""
+		w.note = "WAL: server-wide pg_current_wal_lsn() differences (an upper bound: other sessions' WAL included); pg_walinspect failed: " + err.Error()
+		return w
+	}
+	w.note = "WAL: pg_walinspect, the records that touch the measurement's own relations and the commit records of their transactions"
+	if created {
+		w.note += fmt.Sprintf(" (the extension was installed in schema %s for this; it is left installed)", walInspectSchema)
+	}
+	return w
+}
+
+// mark is the WAL position a window starts at.
+func (w *walProbe) mark(ctx context.Context) (string, error) {
+	var lsn string
+	err := w.admin.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn)
+	return lsn, err
+}
+
+// relFilenodes lists the relations of schemas as (filenode, group): group
+// "outbox" for the tables named in outbox (with their indexes and TOAST),
+// "other" for the rest.
+func (w *walProbe) relFilenodes(ctx context.Context, schemas, outbox []string) ([]uint32, []string, error) {
+	rows, err := w.admin.Query(ctx, `WITH t AS (
+	SELECT c.oid, c.relname = ANY($2) AS outbox FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	WHERE n.nspname = ANY($1) AND c.relkind IN ('r', 'p', 'm')
+), rel AS (
+	SELECT t.oid, t.outbox FROM t
+	UNION ALL SELECT i.indexrelid, t.outbox FROM pg_index i JOIN t ON i.indrelid = t.oid
+	UNION ALL SELECT c.reltoastrelid, t.outbox FROM pg_class c JOIN t ON c.oid = t.oid WHERE c.reltoastrelid <> 0
+	UNION ALL SELECT i.indexrelid, t.outbox FROM pg_class c JOIN t ON c.oid = t.oid JOIN pg_index i ON i.indrelid = c.reltoastrelid WHERE c.reltoastrelid <> 0
+)
+SELECT pg_relation_filenode(rel.oid)::int8, CASE WHEN bool_or(rel.outbox) THEN 'outbox' ELSE 'other' END
+FROM rel WHERE pg_relation_filenode(rel.oid) IS NOT NULL GROUP BY 1`, schemas, outbox)
+	if err != nil {
+		return nil, nil, fmt.Errorf("relations of %v: %w", schemas, err)
+	}
+	defer rows.Close()
+	var fns []uint32
+	var groups []string
+	for rows.Next() {
+		var fn int64
+		var g string
+		if err := rows.Scan(&fn, &g); err != nil {
+			return nil, nil, err
+		}
+		fns, groups = append(fns, uint32(fn)), append(groups, g)
+	}
+	return fns, groups, rows.Err()
+}
+
+// measure returns the WAL written since from by the relations of schemas
+// (tables named in outbox, with their indexes, form the outbox group).
+// Relations rewritten since (TRUNCATE) must be listed after the rewrite:
+// take the relations' filenodes as they are now.
+func (w *walProbe) measure(ctx context.Context, from string, schemas, outbox []string) (walGroups, error) {
+	var to string
+	if err := w.admin.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&to); err != nil {
+		return walGroups{}, err
+	}
+	if w.fn == "" {
+		var d int64
+		err := w.admin.QueryRow(ctx, `SELECT GREATEST(pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn), 0)::int8`, to, from).Scan(&d)
+		return walGroups{Outbox: walBytes{Bytes: d}}, err
+	}
+	var empty bool
+	if err := w.admin.QueryRow(ctx, `SELECT $1::pg_lsn <= $2::pg_lsn`, to, from).Scan(&empty); err != nil || empty {
+		return walGroups{Exact: true}, err
+	}
+	fns, groups, err := w.relFilenodes(ctx, schemas, outbox)
+	if err != nil {
+		return walGroups{}, err
+	}
+	rows, err := w.admin.Query(ctx, `WITH rels AS (SELECT * FROM unnest($3::int8[], $4::text[]) AS x(fn, grp)),
+r AS (SELECT xid, resource_manager, record_length, fpi_length, block_ref FROM `+w.fn+`($1::pg_lsn, $2::pg_lsn)),
+tagged AS (
+	SELECT r.xid, r.resource_manager, r.record_length, r.fpi_length,
+		(SELECT min(rels.grp) FROM regexp_matches(r.block_ref, 'rel \d+/(\d+)/(\d+)', 'g') m
+			JOIN rels ON rels.fn = m[2]::int8 WHERE m[1]::int8 = $5) AS grp
+	FROM r),
+xids AS (SELECT DISTINCT xid::text AS x FROM tagged WHERE grp IS NOT NULL AND xid::text <> '0')
+SELECT COALESCE(grp, 'commit'), count(*), COALESCE(sum(record_length - fpi_length), 0)::int8, COALESCE(sum(fpi_length), 0)::int8
+FROM tagged
+WHERE grp IS NOT NULL OR (resource_manager = 'Transaction' AND xid::text IN (SELECT x FROM xids))
+GROUP BY 1`, from, to, toInt64s(fns), groups, int64(w.dbID))
+	if err != nil {
+		return walGroups{}, fmt.Errorf("pg_walinspect: %w", err)
+	}
+	defer rows.Close()
+	g := walGroups{Exact: true}
+	for rows.Next() {
+		var grp string
+		var b walBytes
+		if err := rows.Scan(&grp, &b.Records, &b.Bytes, &b.FPI); err != nil {
+			return walGroups{}, err
+		}
+		switch grp {
+		case "outbox":
+			g.Outbox = b
+		case "other":
+			g.Other = b
+		case "commit":
+			g.Commit = b
+		default:
+			return walGroups{}, errors.New("pg_walinspect: unexpected group " + grp)
+		}
+	}
+	return g, rows.Err()
+}
+
+func toInt64s(v []uint32) []int64 {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		out[i] = int64(x)
+	}
+	return out
+}

@@ -81,9 +81,10 @@ for i in $(seq 1 "$runs"); do
   set -e
   wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$tmp/time")
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time")
+  cpu=$(awk -F': ' '/User time|System time/ { s += $2 } END { printf "%.2f", s }' "$tmp/time")
   counts=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["published"], r["applied"], r["missing"], r["phantoms"], len(r["missing_events"]))' "$tmp/out.json")
   read -r published applied missing phantom listed <<<"$counts"
-  echo "run $i: wall $wall, max RSS $rss KiB ($(( rss / 1024 )) MiB), exit $code; published $published applied $applied missing $missing phantoms $phantom"
+  echo "run $i: wall $wall, outboxctl CPU ${cpu}s, max RSS $rss KiB ($(( rss / 1024 )) MiB), exit $code; published $published applied $applied missing $missing phantoms $phantom; load average $(cut -d' ' -f1-3 /proc/loadavg)"
   if [ "$code" != 1 ] || [ "$published" != "$n" ] || [ "$missing" != "$dropped" ] || [ "$listed" != "$dropped" ] || [ "$phantom" != "$phantoms" ]; then
     echo "bench-reconcile: wrong report (want exit 1, $n published, $dropped missing, $phantoms phantoms):" >&2
     cat "$tmp/err" >&2

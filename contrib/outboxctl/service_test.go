@@ -161,9 +161,9 @@ func TestRelayServiceReadinessFollowsTheDatabase(t *testing.T) {
 
 	px.cut()
 	cutAt := time.Now()
-	waitFor(t, 5*time.Second, "/readyz 503 after the database went away", func() bool {
-		code, _ := readyz(t, base)
-		return code == http.StatusServiceUnavailable
+	waitFor(t, 5*time.Second, "/readyz 503 for the database gone", func() bool {
+		code, rep := readyz(t, base)
+		return code == http.StatusServiceUnavailable && len(rep.Databases) == 1 && !rep.Databases[0].Up
 	})
 	t.Logf("/readyz turned 503 %s after the cut", time.Since(cutAt).Round(time.Millisecond))
 	code, rep := readyz(t, base)

@@ -331,7 +331,8 @@ func (t *tenant) status(now time.Time, dbUp bool) tenantStatus {
 		return st
 	}
 	since := t.runStarted
-	if t.lastClaim.After(since) {
+	claimed := t.lastClaim.After(since)
+	if claimed {
 		since = t.lastClaim
 	}
 	switch {
@@ -339,6 +340,13 @@ func (t *tenant) status(now time.Time, dbUp bool) tenantStatus {
 		st.Reason = "the database does not answer"
 	case t.checkErr != nil:
 		st.Reason = oneLine(t.svc.a.redact(t.explain(t.checkErr).Error()))
+	case !claimed:
+		// Ready means the relay works: until its first claim it has only
+		// been told to.
+		st.Reason = "starting: no claim completed yet"
+		if t.claimErr != nil {
+			st.Reason += ": " + oneLine(t.svc.a.redact(t.claimErr.Error()))
+		}
 	case now.Sub(since) > t.claimStaleAfter():
 		st.Reason = fmt.Sprintf("no claim completed for %s", formatDuration(now.Sub(since)))
 		if t.claimErr != nil {

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
@@ -533,4 +535,75 @@ FROM pg_stat_all_tables WHERE relid = $1::regclass`, tbl).Scan(&done)
 			t.Errorf("after rebuilding the index:%s", describeFindings(rep))
 		}
 	})
+}
+
+// TestDoctorThroughPgBouncerAndDatabaseSQL: the checks run on a pool
+// through PgBouncer in transaction mode (the generic plan is prepared and
+// explained inside one transaction) and on a *sql.DB.
+func TestDoctorThroughPgBouncerAndDatabaseSQL(t *testing.T) {
+	t.Parallel()
+	db := newDB(t, 2)
+	ctx := ctxT(t)
+	fillPublished(t, db.pool, db.schema, 40000, 100)
+	pgtest.RequireBouncer(t)
+	bouncer, err := postgres.NewPool(ctx, pgtest.BouncerURLWithMaxConns(t, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(bouncer.Close)
+	sqlDB, err := sql.Open("pgx", pgtest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB.SetMaxOpenConns(2)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	cfg := &postgres.DoctorConfig{Schema: db.schema, Checks: tableScoped}
+	check := func(want int) {
+		t.Helper()
+		for name, run := range map[string]func() (*postgres.DoctorReport, error){
+			"pgbouncer":    func() (*postgres.DoctorReport, error) { return postgres.Doctor(ctx, bouncer, cfg) },
+			"database/sql": func() (*postgres.DoctorReport, error) { return postgres.Doctor(ctx, sqlDB, cfg) },
+		} {
+			rep, err := run()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			plans := 0
+			for _, f := range rep.Findings {
+				if f.Check == postgres.CheckGenericPlan {
+					plans++
+				}
+			}
+			if plans != want || len(rep.Skipped) > 0 && want == 0 {
+				t.Errorf("%s: %d generic-plan findings, want %d:%s", name, plans, want, describeFindings(rep))
+			}
+		}
+	}
+	check(0)
+	// Every check runs on both (what they find on the shared server
+	// varies; that they all run does not).
+	for name, rep := range map[string]func() (*postgres.DoctorReport, error){
+		"pgbouncer": func() (*postgres.DoctorReport, error) {
+			return postgres.Doctor(ctx, bouncer, &postgres.DoctorConfig{Schema: db.schema})
+		},
+		"database/sql": func() (*postgres.DoctorReport, error) {
+			return postgres.Doctor(ctx, sqlDB, &postgres.DoctorConfig{Schema: db.schema})
+		},
+	} {
+		r, err := rep()
+		if err != nil || len(r.Skipped) != 0 {
+			t.Errorf("%s, every check: err %v, skipped %+v", name, err, r.Skipped)
+		}
+	}
+	for _, name := range []string{"outbox_events_pending_idx", "outbox_events_slot_idx"} {
+		if _, err := db.pool.Exec(ctx, "DROP INDEX "+pgx.Identifier{db.schema, name}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(2)
+	// Nothing was left prepared on PgBouncer's server connections.
+	var left int
+	if err := bouncer.QueryRow(ctx, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'outboxkit_doctor%'").Scan(&left); err != nil || left != 0 {
+		t.Errorf("prepared statements left behind: %d, %v", left, err)
+	}
 }

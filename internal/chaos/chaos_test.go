@@ -50,6 +50,14 @@ type scenario struct {
 	// bouncer runs the writers and relays through PgBouncer
 	// (envConfig.bouncer).
 	bouncer bool
+	// producers is how many producers share rate (default 1); relayArgs
+	// are extra flags of every relay start; observe, when set, runs from
+	// the first fault until production stops (the soak's sampler).
+	producers  int
+	deliveries int // qstashdev's delivery workers (envConfig.deliveries)
+	relayArgs  []string
+	observe    func(ctx context.Context, e *env)
+	onStats    func(relay int, line string) // env.onStats
 }
 
 // tally counts the faults injected.
@@ -116,11 +124,12 @@ func runScenario(t *testing.T, sc scenario) {
 	chance := func(p float64) bool { rngMu.Lock(); defer rngMu.Unlock(); return rng.Float64() < p }
 
 	start := time.Now()
-	e := newEnv(t, envConfig{bouncer: sc.bouncer})
+	e := newEnv(t, envConfig{bouncer: sc.bouncer, deliveries: sc.deliveries})
+	e.onStats = sc.onStats
 	e.startConsumer("-crash-every", strconv.FormatUint(sc.consumerCrashEvery, 10), "-hijack-every", strconv.FormatUint(sc.hijackEvery, 10))
 	for i := range sc.relays {
 		e.startRelay(i, func(n int) []string {
-			args := []string{"-batch", strconv.Itoa(sc.batch), "-concurrency", "1"}
+			args := append([]string{"-batch", strconv.Itoa(sc.batch), "-concurrency", "1"}, sc.relayArgs...)
 			if (n == 0 && sc.duration == 0) || chance(sc.selfKill) {
 				args = append(args, "-crash-after", strconv.Itoa(5+rnd(21)))
 			}
@@ -130,9 +139,15 @@ func runScenario(t *testing.T, sc scenario) {
 
 	ctx := context.Background()
 	prodCtx, stopProducing := context.WithCancel(ctx)
-	prod := &producer{e: e, rate: sc.rate, unknownEvery: 97, rollbackEvery: 10}
+	producers := max(sc.producers, 1)
+	prod := &producer{e: e, rate: sc.rate / producers, unknownEvery: 97, rollbackEvery: 10}
 	prodDone := make(chan struct{})
-	go func() { defer close(prodDone); prod.run(prodCtx) }()
+	var prodWG sync.WaitGroup
+	for range producers {
+		prodWG.Add(1)
+		go func() { defer prodWG.Done(); prod.run(prodCtx) }()
+	}
+	go func() { prodWG.Wait(); close(prodDone) }()
 	defer func() { stopProducing(); <-prodDone }()
 
 	slots := newSlotWatch(e)
@@ -206,6 +221,11 @@ func runScenario(t *testing.T, sc scenario) {
 		}
 	}
 
+	if sc.observe != nil {
+		obsDone := make(chan struct{})
+		go func() { defer close(obsDone); sc.observe(prodCtx, e) }()
+		defer func() { stopProducing(); <-obsDone }()
+	}
 	hold(ctx, sc.faultEvery) // let the flow settle in first
 	if sc.duration == 0 {
 		for _, f := range sc.schedule {
@@ -293,7 +313,7 @@ func runScenario(t *testing.T, sc scenario) {
 	consumerCrashes := cst.externalKills + cst.selfKills + tl.pgRestarts
 	hijacks := int(e.hijacks.Load())
 	republishBound := sc.batch * relayCrashes
-	redeliveryBound := republishBound + qsConcurrency*consumerCrashes + hijacks
+	redeliveryBound := republishBound + e.deliveries*consumerCrashes + hijacks
 	crashes := relayCrashes + consumerCrashes + hijacks
 
 	t.Logf("summary: events=%d crashes=%d redeliveries=%d (bound %d) lost=%d double-effects=%d",

@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -44,6 +45,8 @@ type env struct {
 	store   *postgres.Store
 	qs      *qstashdev.Server
 	proxy   *proxy
+	// deliveries is qstashdev's delivery concurrency (envConfig.deliveries).
+	deliveries int
 
 	consumerURL  string
 	consumerSock *os.File
@@ -54,6 +57,8 @@ type env struct {
 
 	// Counted from the workers' stdout.
 	publishCrashes, commitCrashes, hijacks, settleFailed, leaseLost atomic.Int64
+	// onStats, when set, gets relay i's "stats ..." lines (-stats-every).
+	onStats func(relay int, line string)
 	// Counted from the -ordered consumer's stdout.
 	seqGaps, seqStale, seqAlerts, seqParked, seqOverGap, failBefore, orderViolations atomic.Int64
 }
@@ -70,11 +75,14 @@ type envConfig struct {
 	// pools from postgres.NewPool), the relays' wake-ups past it
 	// (-wakeup-url). The consumer and the suite's checks stay direct.
 	bouncer bool
+	// deliveries is qstashdev's number of delivery workers. Defaults to
+	// qsConcurrency.
+	deliveries int
 }
 
 func newEnv(t *testing.T, cfg envConfig) *env {
 	t.Helper()
-	e := &env{t: t, runID: randomHex(4), bouncer: cfg.bouncer}
+	e := &env{t: t, runID: randomHex(4), bouncer: cfg.bouncer, deliveries: cmp.Or(cfg.deliveries, qsConcurrency)}
 	e.relayBin, e.consumerBin = binaries(t)
 	e.pool = pgtest.Pool(t, 6)
 	e.writes = e.pool
@@ -104,7 +112,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 	}
 
 	e.qs, err = qstashdev.New(qstashdev.Config{
-		Concurrency: qsConcurrency,
+		Concurrency: e.deliveries,
 		// QStash's own schedule (12s, 2m28s, ...) scaled to a test: 25ms
 		// doubling to 400ms, so a consumer that is down for a second is
 		// retried a few times and never runs out of retries.
@@ -168,6 +176,10 @@ func (e *env) startRelay(i int, args func(n int) []string) *proc {
 				e.settleFailed.Add(1)
 			case strings.HasPrefix(line, "lease-lost"):
 				e.leaseLost.Add(1)
+			case strings.HasPrefix(line, "stats "):
+				if e.onStats != nil {
+					e.onStats(i, line)
+				}
 			}
 		},
 	})

@@ -160,6 +160,16 @@ func (p *proc) kill() bool {
 	return true
 }
 
+// pid is the running incarnation's process ID (0 between incarnations).
+func (p *proc) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
 // stop ends the process gracefully (SIGTERM) and stops restarting it.
 func (p *proc) stop(timeout time.Duration) {
 	p.mu.Lock()

@@ -12,6 +12,7 @@
 //	crash-after-publish      before it SIGKILLs itself (-crash-after)
 //	settle-failed n=N        a batch of N events could not be settled
 //	lease-lost n=N           another relay had taken over N events
+//	stats goroutines=N ...   every -stats-every (the soak)
 //
 // SIGTERM or SIGINT stops it gracefully (exit 0).
 package main
@@ -23,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -44,6 +46,7 @@ type options struct {
 	ordering                    bool
 	crashAfter                  int
 	wakeupURL                   string
+	statsEvery                  time.Duration
 }
 
 func main() {
@@ -65,6 +68,7 @@ func main() {
 	flag.BoolVar(&o.ordering, "ordering", false, "per-aggregate ordering")
 	flag.StringVar(&o.wakeupURL, "wakeup-url", "", "postgres:// URL of the wake-up connection, past a pooler (named -app-name too)")
 	flag.IntVar(&o.crashAfter, "crash-after", 0, "SIGKILL itself right after the n-th accepted publish, before settling it (0: never)")
+	flag.DurationVar(&o.statsEvery, "stats-every", 0, "print its goroutine count and Go heap in use every interval (0: never), for the soak")
 	worker.Main("chaosrelay", func(ctx context.Context) error { return run(ctx, o) })
 }
 
@@ -128,7 +132,27 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if o.statsEvery > 0 {
+		go printStats(ctx, o.statsEvery)
+	}
 	return relay.Run(ctx)
+}
+
+// printStats prints "stats goroutines=N heap_inuse=B" every interval until
+// ctx ends: the soak follows each relay's goroutines and heap over time.
+func printStats(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fmt.Fprintf(os.Stdout, "stats goroutines=%d heap_inuse=%d\n", runtime.NumGoroutine(), ms.HeapInuse)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // crashAfter SIGKILLs the process right after the n-th publish the transport

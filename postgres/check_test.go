@@ -19,7 +19,6 @@ import (
 
 func TestCheck(t *testing.T) {
 	t.Parallel()
-	ctx := ctxT(t)
 	m, err := postgres.NewMigrator((*pgxpool.Pool)(nil), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -28,6 +27,8 @@ func TestCheck(t *testing.T) {
 
 	t.Run("healthy", func(t *testing.T) {
 		t.Parallel()
+		// Its own: a parallel subtest may start long after its parent.
+		ctx := ctxT(t)
 		db := newDB(t, 1)
 		if err := newStore(t, db, postgres.Config{}).Check(ctx); err != nil {
 			t.Fatalf("Check on a migrated schema: %v", err)
@@ -36,6 +37,8 @@ func TestCheck(t *testing.T) {
 
 	t.Run("missing schema", func(t *testing.T) {
 		t.Parallel()
+		// Its own: a parallel subtest may start long after its parent.
+		ctx := ctxT(t)
 		pool := pgtest.Pool(t, 1)
 		s, err := postgres.New(pool, &postgres.Config{Schema: pgtest.NewSchemaName("nosuch")})
 		if err != nil {
@@ -63,6 +66,8 @@ func TestCheck(t *testing.T) {
 
 	t.Run("migrated down one step", func(t *testing.T) {
 		t.Parallel()
+		// Its own: a parallel subtest may start long after its parent.
+		ctx := ctxT(t)
 		db := newDB(t, 1)
 		m, err := postgres.NewMigrator(db.pool, &postgres.MigrateConfig{Schema: db.schema})
 		if err != nil {
@@ -89,6 +94,8 @@ func TestCheck(t *testing.T) {
 
 	t.Run("unreachable", func(t *testing.T) {
 		t.Parallel()
+		// Its own: a parallel subtest may start long after its parent.
+		ctx := ctxT(t)
 		// A port nothing listens on: dialing is refused at once.
 		cfg, err := pgxpool.ParseConfig("postgres://postgres@127.0.0.1:1/test?sslmode=disable&connect_timeout=5")
 		if err != nil {

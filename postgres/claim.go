@@ -131,6 +131,7 @@ type claim struct {
 	token core.ID
 	limit int
 	slot  bool // sql is the slot claim
+	part  bool // sql is the partitioned layout's (layout.go)
 	floor floorArgs
 }
 
@@ -145,16 +146,33 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 	}
 	token := core.NewID()
 	fl := s.floorArgs(ctx)
-	q := claim{sql: s.claimSQL, token: token, limit: req.Limit, floor: fl,
+	q := claim{token: token, limit: req.Limit, floor: fl, part: s.partitioned(),
 		args: []any{optionalTime(req.Now), req.Limit, pgtype.UUID{Bytes: token, Valid: true}, req.LeaseFor, fl.at, fl.pos}}
 	switch {
 	case req.Destination != "":
-		q.sql = s.claimDestSQL
 		q.args = append(q.args, req.Destination)
 	case !s.cfg.Ordering && s.backlog.Load():
-		q.sql, q.slot = s.claimSlotSQL, true
+		q.slot = true
 	}
+	q.sql = s.claimText(q.part, q.slot, req.Destination != "")
 	return q, nil
+}
+
+// claimText is the claim statement for a layout and kind.
+func (s *Store) claimText(partitioned, slot, byDestination bool) string {
+	switch {
+	case partitioned && byDestination:
+		return s.part.claimDest
+	case partitioned && slot:
+		return s.part.claimSlot
+	case partitioned:
+		return s.part.claim
+	case byDestination:
+		return s.claimDestSQL
+	case slot:
+		return s.claimSlotSQL
+	}
+	return s.claimSQL
 }
 
 // foundFloor is the floor a claim statement found for the next claim.
@@ -181,12 +199,17 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, foundFloor, error) {
 	var deadLettered bool
 	var dead []core.ID
 	var fl foundFloor
+	var created pgtype.Timestamptz // as stored, infinities kept: the settlement's bounds
+	var bounds createdBounds
 	for rows.Next() {
 		events = append(events, core.Event{})
 		keys = append(keys, claimKey{i: len(keys)})
 		e, k := &events[len(events)-1], &keys[len(keys)-1]
 		var leaseUntil pgtype.Timestamptz
 		dst = append(sc.appendDests(dst[:0], e), &leaseUntil, &k.pos, &k.tid, &deadLettered, &fl.at, &fl.pos)
+		if q.part {
+			dst = append(dst, &created)
+		}
 		if err := rows.Scan(dst...); err != nil {
 			return core.Batch{}, nil, foundFloor{}, wrap("claim: read event", err)
 		}
@@ -198,6 +221,9 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, foundFloor, error) {
 		until = leaseUntil.Time
 		sc.finish(e)
 		k.avail = e.AvailableAt
+		if q.part {
+			bounds.add(created)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return core.Batch{}, nil, foundFloor{}, wrap("claim", err)
@@ -214,7 +240,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, foundFloor, error) {
 		}
 		events = sorted
 	}
-	refs := &rowRefs{ids: make([]core.ID, len(events)), tids: make([]pgtype.TID, len(events)), pos: make([]int64, len(events))}
+	refs := &rowRefs{ids: make([]core.ID, len(events)), tids: make([]pgtype.TID, len(events)), pos: make([]int64, len(events)), created: bounds}
 	for j := range events {
 		refs.ids[j], refs.tids[j], refs.pos[j] = events[j].ID, keys[j].tid, keys[j].pos
 	}

@@ -26,7 +26,7 @@ package postgres
 // core.ClaimRequest.Destination). It is a separate text rather than an OR on
 // an empty parameter, so the common claim's plan carries no dead condition.
 func claimSQL(n names, ordered, byDestination bool) string {
-	return claimWhere(n, ordered, byDestination, "")
+	return claimWhere(n, ordered, byDestination, "", false)
 }
 
 // claimSlotSQL is the unordered, any-destination claim restricted to one
@@ -34,8 +34,22 @@ func claimSQL(n names, ordered, byDestination bool) string {
 // the condition matches the slot index's expression so the claim walks that
 // index in (available_at, pos) order within the slot, from the floor.
 func claimSlotSQL(n names) string {
-	return claimWhere(n, false, false, `
-		AND ((o.pos / 64) % 16) = (SELECT nextval('`+n.claimSlot+`') % 16)`)
+	return claimWhere(n, false, false, slotCond(n), false)
+}
+
+// claimPartSQL and claimSlotPartSQL are claimSQL and claimSlotSQL for the
+// partitioned layout (partition.go), which claimPartitioned explains.
+func claimPartSQL(n names, ordered, byDestination bool) string {
+	return claimWhere(n, ordered, byDestination, "", true)
+}
+
+func claimSlotPartSQL(n names) string {
+	return claimWhere(n, false, false, slotCond(n), true)
+}
+
+func slotCond(n names) string {
+	return `
+		AND ((o.pos / 64) % 16) = (SELECT nextval('` + n.claimSlot + `') % 16)`
 }
 
 // The floor condition: a row comparison, so the claim's index scan starts
@@ -48,7 +62,23 @@ const (
 	floorLag = `now() - interval '1 second'`
 )
 
-func claimWhere(n names, ordered, byDestination bool, slot string) string {
+// claimPartitioned is how a claim on the partitioned layout finds the
+// rows it locked. A row address (ctid) is unique within one partition
+// only: the plain claim's "t.ctid = ANY(the addresses locked)" would, on
+// a partitioned table, also lease the rows of other partitions that sit
+// at those addresses, locked or not, pending or not. So the locked rows
+// (c) bring their partition (tableoid) and created_at too: the update
+// fetches the addresses only in the partitions that hold the batch's
+// creation times (pruned while the statement runs, from c's least and
+// greatest created_at), and keeps the rows whose (partition, address) is
+// one of c's, a hashed lookup. It returns each row's created_at as
+// stored, so that Settle can be pruned the same way (rowRefs).
+const claimPartitioned = `
+WHERE t.ctid = ANY(ARRAY(SELECT c.tid FROM c))
+	AND t.created_at >= (SELECT min(c.created_at) FROM c) AND t.created_at <= (SELECT max(c.created_at) FROM c)
+	AND ((t.tableoid, t.ctid) IN (SELECT c.rel, c.tid FROM c)) IS TRUE`
+
+func claimWhere(n names, ordered, byDestination bool, slot string, partitioned bool) string {
 	head := slot
 	if byDestination {
 		head = `
@@ -62,15 +92,7 @@ func claimWhere(n names, ordered, byDestination bool, slot string) string {
 				AND p.sequence < o.sequence
 				AND p.published_at IS NULL AND p.dead_at IS NULL))`
 	}
-	return `WITH ` + floorProbe(n, "$5", "$6") + `
-UPDATE ` + n.outbox + ` t
-SET lease_token = CASE WHEN ` + unleasable + ` THEN NULL ELSE $3::uuid END,
-	lease_until = CASE WHEN ` + unleasable + ` THEN NULL ELSE COALESCE($1::timestamptz, now()) + $4::interval END,
-	attempts = CASE WHEN ` + unleasable + ` THEN t.attempts ELSE greatest(t.attempts, 0) + 1 END,
-	dead_at = CASE WHEN ` + unleasable + ` THEN COALESCE($1::timestamptz, now()) ELSE t.dead_at END,
-	last_error = CASE WHEN ` + unleasable + ` THEN ` + quoteLiteral(unleasableReason) + ` ELSE t.last_error END
-WHERE t.ctid = ANY(ARRAY(
-	SELECT o.ctid FROM ` + n.outbox + ` o
+	locked := `FROM ` + n.outbox + ` o
 	WHERE o.published_at IS NULL AND o.dead_at IS NULL
 		AND ` + claimFloorCond + `
 		AND o.available_at <= COALESCE($1::timestamptz, now())
@@ -78,9 +100,25 @@ WHERE t.ctid = ANY(ARRAY(
 		AND (SELECT ` + claimLeaseLock + `) IS NOT NULL
 	ORDER BY o.available_at, o.pos
 	LIMIT $2
-	FOR UPDATE SKIP LOCKED))
+	FOR UPDATE SKIP LOCKED`
+	with, where, returning := `WITH `+floorProbe(n, "$5", "$6"), `
+WHERE t.ctid = ANY(ARRAY(
+	SELECT o.ctid `+locked+`))`, ""
+	if partitioned {
+		with += `, c AS MATERIALIZED (
+	SELECT o.ctid AS tid, o.tableoid AS rel, o.created_at ` + locked + `
+)`
+		where, returning = claimPartitioned, `, t.created_at`
+	}
+	return with + `
+UPDATE ` + n.outbox + ` t
+SET lease_token = CASE WHEN ` + unleasable + ` THEN NULL ELSE $3::uuid END,
+	lease_until = CASE WHEN ` + unleasable + ` THEN NULL ELSE COALESCE($1::timestamptz, now()) + $4::interval END,
+	attempts = CASE WHEN ` + unleasable + ` THEN t.attempts ELSE greatest(t.attempts, 0) + 1 END,
+	dead_at = CASE WHEN ` + unleasable + ` THEN COALESCE($1::timestamptz, now()) ELSE t.dead_at END,
+	last_error = CASE WHEN ` + unleasable + ` THEN ` + quoteLiteral(unleasableReason) + ` ELSE t.last_error END` + where + `
 RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.dead_at IS NOT NULL,
-	` + nextFloor
+	` + nextFloor + returning
 }
 
 // floorProbe is the CTE f: the first pending row at or after the floor
@@ -104,10 +142,13 @@ const nextFloor = `COALESCE((SELECT f.available_at FROM f WHERE f.available_at <
 	COALESCE((SELECT f.pos FROM f WHERE f.available_at <= ` + floorLag + `), ` + minFloorPos + `)`
 
 // floorSQL finds the floor from ($1, $2) without claiming: the store's
-// search from the beginning of the pending set (claimfloor.go).
+// search from the beginning of the pending set (claimfloor.go). It also
+// says whether the table is partitioned ($3 is its qualified name;
+// layout.go).
 func floorSQL(n names) string {
 	return `WITH ` + floorProbe(n, "$1", "$2") + `
-SELECT ` + nextFloor
+SELECT ` + nextFloor + `,
+	COALESCE((SELECT c.relkind = 'p' FROM pg_class c WHERE c.oid = to_regclass($3::text)), false)`
 }
 
 // minFloorPos is the smallest pos: a floor at (t, minFloorPos) starts at

@@ -95,7 +95,11 @@ func (s *Store) floorArgs(ctx context.Context) floorArgs {
 			return a
 		}
 		var fl foundFloor
-		err := s.db.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos})...).Scan(&fl.at, &fl.pos)
+		var partitioned bool
+		err := s.db.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos, s.n.outbox})...).Scan(&fl.at, &fl.pos, &partitioned)
+		if err == nil {
+			s.sawLayout(partitioned)
+		}
 		f.searched(a, fl, err == nil, time.Now())
 		if err != nil || !fl.at.Valid {
 			return a

@@ -206,6 +206,20 @@ type MigrateConfig struct {
 	// Table is the outbox table's name; the other tables are named after it.
 	// Defaults to "outbox_events".
 	Table string
+	// Partitions chooses the layout of tables the migrations create:
+	// PartitionNone, one plain table (the default), or PartitionDaily or
+	// PartitionHourly, the outbox table range-partitioned by created_at and
+	// the processed table by event ID, with the same columns, so writers
+	// are unchanged; Retention then retires whole partitions instead of
+	// deleting rows (docs/SCHEMA.md, "The partitioned layout"). Tables that
+	// exist keep their layout: asking for partitions on an existing plain
+	// outbox table fails with a *LayoutError, and ConvertToPartitioned
+	// converts it online.
+	Partitions Partitioning
+	// PartitionsAhead is how many periods after the current one the
+	// migration creates partitions for, with the partitioned layout.
+	// Defaults to DefaultPartitionsAhead (2 days, or 4 hours).
+	PartitionsAhead int
 	// Logger receives a line per applied or reverted version, at info
 	// level. Defaults to slog.Default() at warn level, which leaves those
 	// lines out: pass a logger to see them.

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -14,6 +15,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outboxkit/core"
 )
 
 // migrationFiles holds the versioned migration templates. They reference
@@ -63,6 +67,12 @@ type Migrator struct {
 	log        *slog.Logger
 	migrations []Migration
 	lockKey    int64
+
+	// layout is the one cfg asked for; migrations are rendered for it.
+	// A table that exists already keeps its own layout: other holds the
+	// migrations rendered for the other one (partition.go).
+	layout Partitioning
+	other  []Migration
 }
 
 // NewMigrator returns a migrator for the schema and table in cfg (nil for the
@@ -87,7 +97,24 @@ func newMigrator(db conns, cfg *MigrateConfig) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := renderMigrations(n)
+	if !c.Partitions.valid() {
+		return nil, &core.ConfigError{Field: "Partitions", Reason: c.Partitions.String() + " is not a layout: use PartitionNone, PartitionDaily or PartitionHourly"}
+	}
+	if c.PartitionsAhead < 0 {
+		return nil, &core.ConfigError{Field: "PartitionsAhead", Reason: "must not be negative (0 means the default)"}
+	}
+	ms, err := renderLayout(n, c.Partitions, c.PartitionsAhead)
+	if err != nil {
+		return nil, err
+	}
+	// The other layout's rendering, for a table that already exists with
+	// it: its unit only matters to the scripts that create the tables,
+	// which such a table has applied.
+	otherLayout := PartitionDaily
+	if c.Partitions != PartitionNone {
+		otherLayout = PartitionNone
+	}
+	other, err := renderLayout(n, otherLayout, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +122,7 @@ func newMigrator(db conns, cfg *MigrateConfig) (*Migrator, error) {
 	// The lock is per schema, not per table: CREATE SCHEMA IF NOT EXISTS
 	// itself races when two tables of one schema are migrated at once.
 	_, _ = h.Write([]byte("outboxkit/migrate/" + n.schema))
-	return &Migrator{db: db, n: n, log: c.Logger, migrations: ms, lockKey: int64(h.Sum64())}, nil
+	return &Migrator{db: db, n: n, log: c.Logger, migrations: ms, lockKey: int64(h.Sum64()), layout: c.Partitions, other: other}, nil
 }
 
 // Migrate applies every pending migration for cfg's schema and table (nil
@@ -171,8 +198,12 @@ func (m *Migrator) UpTx(ctx context.Context, tx pgx.Tx) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	ms, err := m.forTable(ctx, tx, true)
+	if err != nil {
+		return nil, err
+	}
 	var applied []int
-	for _, mg := range m.migrations {
+	for _, mg := range ms {
 		if _, ok := done[mg.Version]; ok {
 			continue
 		}
@@ -220,9 +251,13 @@ func (m *Migrator) DownTx(ctx context.Context, tx pgx.Tx, target int) ([]int, er
 	if err != nil {
 		return nil, err
 	}
+	ms, err := m.forTable(ctx, tx, false)
+	if err != nil {
+		return nil, err
+	}
 	var reverted []int
-	for i := len(m.migrations) - 1; i >= 0; i-- {
-		mg := m.migrations[i]
+	for i := len(ms) - 1; i >= 0; i-- {
+		mg := ms[i]
 		if mg.Version <= target {
 			break
 		}
@@ -386,9 +421,55 @@ func (m *Migrator) appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]stru
 	return done, nil
 }
 
+// forTable returns the migrations for the table as it is: a table that
+// exists keeps its layout, whatever the configuration asks for, except
+// that asking for partitions on an existing plain table is refused (up
+// only): converting it is ConvertToPartitioned's work, online, not a
+// migration's.
+func (m *Migrator) forTable(ctx context.Context, tx pgx.Tx, up bool) ([]Migration, error) {
+	var kind pgtype.Text
+	if err := tx.QueryRow(ctx, "SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)", m.n.outbox).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("outboxkit/postgres: read the outbox table's layout: %w", err)
+	}
+	switch {
+	case !kind.Valid:
+		return m.migrations, nil
+	case kind.String == "p":
+		if m.layout == PartitionNone {
+			return m.other, nil
+		}
+		return m.migrations, nil
+	case m.layout != PartitionNone && up:
+		return nil, &LayoutError{Schema: m.n.schema, Table: m.n.table, Have: PartitionNone, Want: m.layout}
+	case m.layout != PartitionNone:
+		return m.other, nil
+	}
+	return m.migrations, nil
+}
+
+// LayoutError reports an outbox table that exists with another layout
+// than the one asked for: Migrate does not convert a plain table to the
+// partitioned layout (ConvertToPartitioned does, online).
+type LayoutError struct {
+	Schema, Table string
+	Have, Want    Partitioning
+}
+
+func (e *LayoutError) Error() string {
+	return fmt.Sprintf("outboxkit/postgres: outbox table %q in schema %q has the %s layout, not %s: convert it with postgres.ConvertToPartitioned (`outboxctl migrate --partitions %s` does) while writers and relays keep running, or migrate without Partitions",
+		e.Table, e.Schema, layoutName(e.Have), e.Want, e.Want)
+}
+
+func layoutName(p Partitioning) string {
+	if p == PartitionNone {
+		return "plain"
+	}
+	return p.String() + " partitioned"
+}
+
 // templateNames are the fields migration templates may use: every string
-// is a validated, quoted identifier, every other field a number of the
-// package's own.
+// is a validated, quoted identifier (or, for the *Literal fields, a string
+// literal of one), every other field a number of the package's own.
 type templateNames struct {
 	Schema, Outbox, Aggregates, Processed, ClaimSlot                                   string
 	PendingIndex, PublishedIndex, DeadIndex, AggregateIndex, ProcessedIndex, SlotIndex string
@@ -397,6 +478,16 @@ type templateNames struct {
 
 	// ValidateMaxBytes is validateCheckMaxBytes.
 	ValidateMaxBytes int64
+
+	// The partitioned layout's (*.partitioned.up.sql): the default
+	// partitions, the headers check's name, the raw names as literals
+	// for format(), the period (date_trunc's unit, to_char's pattern of a
+	// partition's suffix) and how many periods to create after the
+	// current one.
+	OutboxDefault, ProcessedDefault, HeadersCheck                string
+	SchemaLiteral, TableLiteral, OutboxLiteral, ProcessedLiteral string
+	PartitionUnit, PartitionStamp                                string
+	PartitionsAhead                                              int
 }
 
 // validateCheckMaxBytes is the largest table (main fork) whose new check
@@ -407,23 +498,58 @@ type templateNames struct {
 const validateCheckMaxBytes = 64 << 20
 
 // renderMigrations reads the embedded templates, pairs up and down files by
-// version, and renders them for n.
+// version, and renders them for n, in the plain layout.
 func renderMigrations(n names) ([]Migration, error) {
+	return renderLayout(n, PartitionNone, 0)
+}
+
+// renderLayout is renderMigrations for a layout: a migration with a
+// NNN_name.partitioned.up.sql (or .down.sql) uses it in the partitioned
+// layout in place of the plain file.
+func renderLayout(n names, layout Partitioning, ahead int) ([]Migration, error) {
+	pn := newPartNames(n)
+	if ahead == 0 {
+		ahead = DefaultPartitionsAhead(layout)
+	}
+	unit := layout
+	if unit == PartitionNone {
+		unit = PartitionDaily
+	}
 	tn := templateNames{
 		Schema: n.schemaQ, Outbox: n.outbox, Aggregates: n.aggregates, Processed: n.processed, ClaimSlot: n.claimSlot,
 		PendingIndex: n.pendingIdx, PublishedIndex: n.publishedIdx, DeadIndex: n.deadIdx,
 		AggregateIndex: n.aggregateIdx, ProcessedIndex: n.processedIdx, SlotIndex: n.slotIdx,
 		AttemptsCheck: n.attemptsCheck, ValidateMaxBytes: validateCheckMaxBytes,
 		Sequences: n.sequences, SequenceGaps: n.sequenceGaps, SequenceParked: n.sequenceParked,
+
+		OutboxDefault: pn.outboxDefault, ProcessedDefault: pn.processedDefault, HeadersCheck: pn.headersCheck,
+		SchemaLiteral: quoteLiteral(n.schema), TableLiteral: quoteLiteral(n.table),
+		OutboxLiteral: quoteLiteral(n.outbox), ProcessedLiteral: quoteLiteral(n.processed),
+		PartitionUnit: unit.unit(), PartitionStamp: unit.stamp(), PartitionsAhead: ahead,
 	}
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {
 		return nil, fmt.Errorf("outboxkit/postgres: read embedded migrations: %w", err)
 	}
 	byVersion := map[int]*Migration{}
+	partitioned := map[string]bool{} // "<version>.<dir>" with a partitioned variant
+	for _, e := range entries {
+		if b, ok := strings.CutSuffix(e.Name(), ".partitioned.up.sql"); ok {
+			partitioned[b+".up"] = true
+		} else if b, ok := strings.CutSuffix(e.Name(), ".partitioned.down.sql"); ok {
+			partitioned[b+".down"] = true
+		}
+	}
 	for _, e := range entries {
 		file := e.Name()
 		base, dir, ok := strings.Cut(strings.TrimSuffix(file, ".sql"), ".")
+		variant, isVariant := strings.CutPrefix(dir, "partitioned.")
+		if isVariant {
+			dir = variant
+		}
+		if isVariant != (layout != PartitionNone) && (isVariant || partitioned[base+"."+dir]) {
+			continue // the other layout's file
+		}
 		vs, name, ok2 := strings.Cut(base, "_")
 		v, err := strconv.Atoi(vs)
 		if !ok || !ok2 || err != nil || v < 1 || (dir != "up" && dir != "down") {

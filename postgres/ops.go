@@ -55,9 +55,14 @@ func (s *Store) Prune(ctx context.Context, req core.PruneRequest) (int64, error)
 	if batch <= 0 {
 		batch = defaultPruneBatch
 	}
+	s.knownLayout(ctx)
+	sql := s.pruneSQL
+	if s.partitioned() {
+		sql = s.part.prune
+	}
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, s.pruneSQL, s.relayArgs([]any{req.PublishedBefore, batch})...)
+		tag, err := s.db.Exec(ctx, sql, s.relayArgs([]any{req.PublishedBefore, batch})...)
 		if err != nil {
 			return total, wrap("prune", err)
 		}

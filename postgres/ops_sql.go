@@ -19,6 +19,22 @@ WHERE id = ANY(ARRAY(
 	FOR UPDATE SKIP LOCKED))`
 }
 
+// prunePartSQL is pruneSQL for the partitioned layout, where an ID is
+// unique within its partition only (partition.go): the outer DELETE keeps
+// to published rows, so that a pending row of another partition with the
+// ID of a published one is not deleted with it. Retention on that layout
+// drops whole partitions instead (partitions.go), and prunes only the
+// partitions it cannot drop, one at a time (partitionPruneSQL).
+func prunePartSQL(n names) string {
+	return `DELETE FROM ` + n.outbox + `
+WHERE published_at < $1 AND id = ANY(ARRAY(
+	SELECT id FROM ` + n.outbox + `
+	WHERE published_at < $1
+	ORDER BY published_at
+	LIMIT $2
+	FOR UPDATE SKIP LOCKED))`
+}
+
 // statsSQL reads a snapshot in one statement; age is computed with the
 // database clock.
 func statsSQL(n names) string {

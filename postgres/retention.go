@@ -41,6 +41,9 @@ type Retention struct {
 	dedup *Deduper
 	lease *lease
 	log   *slog.Logger
+	// parts maintains the partitions of a partitioned table
+	// (retention_partitions.go).
+	parts *Partitions
 
 	backlogSQL string
 
@@ -66,6 +69,9 @@ type RetentionResult struct {
 	PublishedDeleted, ProcessedDeleted int64
 	// Batches counts the DELETE statements that deleted rows.
 	Batches int
+	// Partitions is what the pass did to the partitions of a partitioned
+	// table (retention_partitions.go); zero on the plain layout.
+	Partitions PartitionReport
 	// PublishedBacklog and ProcessedBacklog are measured after the pass:
 	// how far the oldest remaining row is beyond its horizon (0 when none
 	// is due). Above zero after a successful pass only when rows were
@@ -90,6 +96,10 @@ type RetentionStats struct {
 	// PublishedDeleted and ProcessedDeleted count deleted rows, updated
 	// after every batch.
 	PublishedDeleted, ProcessedDeleted int64
+	// PartitionsCreated and PartitionsDropped count the partitions this
+	// Retention created and dropped as leader of a partitioned table, and
+	// DeadLettersMoved the dead letters it moved out of dropped ones.
+	PartitionsCreated, PartitionsDropped, DeadLettersMoved int64
 	// Passes counts passes that ran to the end; FailedPasses those that
 	// did not (LastError says why).
 	Passes, FailedPasses int64
@@ -152,14 +162,20 @@ func NewRetention[DB Handle](db DB, cfg *RetentionConfig) (*Retention, error) {
 		log.Warn("retention keeps processed-event records for less time than published events: replaying an event whose record is gone applies its effect again; make RetainProcessed at least RetainPublished",
 			"retain_published", c.RetainPublished, "retain_processed", c.RetainProcessed)
 	}
+	parts, err := newPartitions(h, &PartitionsConfig{Schema: c.Schema, Table: c.Table, Ahead: c.PartitionsAhead, LockTimeout: c.PartitionLockTimeout, Logger: c.Logger})
+	if err != nil {
+		return nil, err
+	}
 	return &Retention{
-		cfg: c, db: h, store: store, dedup: dedup, log: log,
+		cfg: c, db: h, store: store, dedup: dedup, log: log, parts: parts,
 		lease: newLease(h, n, c.Table+"/retention", c.Holder, c.LeaseDuration),
 		// min() over the partial indexes of migrations 001 and 003: one
 		// index probe each.
+		// And whether either table is partitioned.
 		backlogSQL: `SELECT now(),
     (SELECT min(published_at) FROM ` + n.outbox + ` WHERE published_at IS NOT NULL),
-    (SELECT min(processed_at) FROM ` + n.processed + `)`,
+    (SELECT min(processed_at) FROM ` + n.processed + `),
+    EXISTS (SELECT FROM pg_class c WHERE c.relkind = 'p' AND c.oid IN (to_regclass(` + quoteLiteral(n.outbox) + `), to_regclass(` + quoteLiteral(n.processed) + `)))`,
 		stats: RetentionStats{Holder: c.Holder},
 	}, nil
 }
@@ -395,13 +411,31 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 		r.stats.PublishedBacklog, r.stats.ProcessedBacklog, r.stats.BacklogMeasuredAt = res.PublishedBacklog, res.ProcessedBacklog, end
 	}()
 
-	now, _, _, err := r.backlog(ctx)
+	now, _, _, partitioned, err := r.backlog(ctx)
 	if err != nil {
 		return res, err
 	}
-	batch := r.cfg.BatchSize
 	if r.cfg.RetainPublished >= 0 {
 		res.PublishedBefore = now.Add(-r.cfg.RetainPublished)
+	}
+	if r.cfg.RetainProcessed >= 0 {
+		res.ProcessedBefore = now.Add(-r.cfg.RetainProcessed)
+	}
+	if partitioned {
+		// Partitions first: what they drop need not be deleted.
+		if res.Partitions, err = r.maintain(ctx, res); err != nil {
+			return res, err
+		}
+	}
+	batch := r.cfg.BatchSize
+	switch {
+	case r.cfg.RetainPublished >= 0 && res.Partitions.Outbox != PartitionNone:
+		for _, part := range res.Partitions.Prune {
+			if err := r.pruneRows(ctx, partitionPruneSQL(part), res.PublishedBefore, false, &res); err != nil {
+				return res, fmt.Errorf("outboxkit/postgres: retention: %w", wrap("prune partition "+part, err))
+			}
+		}
+	case r.cfg.RetainPublished >= 0:
 		var last int64
 		res.PublishedDeleted, err = r.store.Prune(ctx, core.PruneRequest{
 			PublishedBefore: res.PublishedBefore,
@@ -420,8 +454,14 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 			return res, fmt.Errorf("outboxkit/postgres: retention: %w", err)
 		}
 	}
-	if r.cfg.RetainProcessed >= 0 {
-		res.ProcessedBefore = now.Add(-r.cfg.RetainProcessed)
+	switch {
+	case r.cfg.RetainProcessed >= 0 && res.Partitions.Processed != PartitionNone:
+		for _, part := range res.Partitions.PruneProcessed {
+			if err := r.pruneRows(ctx, partitionPruneProcessedSQL(part), res.ProcessedBefore, true, &res); err != nil {
+				return res, fmt.Errorf("outboxkit/postgres: retention: %w", wrap("prune partition "+part, err))
+			}
+		}
+	case r.cfg.RetainProcessed >= 0:
 		for {
 			// The Deduper's own bounded statement (Deduper.Prune runs it
 			// in a loop with no pause).
@@ -441,7 +481,7 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 			r.pause(ctx)
 		}
 	}
-	now, published, processed, err := r.backlog(ctx)
+	now, published, processed, _, err := r.backlog(ctx)
 	if err != nil {
 		return res, err
 	}
@@ -451,21 +491,21 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 	if r.cfg.RetainProcessed >= 0 && processed.Valid {
 		res.ProcessedBacklog = max(now.Add(-r.cfg.RetainProcessed).Sub(processed.Time), 0)
 	}
-	if res.PublishedDeleted+res.ProcessedDeleted > 0 {
+	if res.PublishedDeleted+res.ProcessedDeleted > 0 || len(res.Partitions.Dropped) > 0 {
 		r.log.Info("retention pass", "published_deleted", res.PublishedDeleted, "processed_deleted", res.ProcessedDeleted,
-			"batches", res.Batches, "took", time.Since(start))
+			"batches", res.Batches, "partitions_dropped", len(res.Partitions.Dropped), "took", time.Since(start))
 	}
 	return res, nil
 }
 
-// backlog reads the database's now and the oldest published and processed
-// times.
-func (r *Retention) backlog(ctx context.Context) (now time.Time, published, processed pgtype.Timestamptz, err error) {
-	err = r.db.QueryRow(ctx, r.backlogSQL).Scan(&now, &published, &processed)
+// backlog reads the database's now, the oldest published and processed
+// times, and whether either table is partitioned.
+func (r *Retention) backlog(ctx context.Context) (now time.Time, published, processed pgtype.Timestamptz, partitioned bool, err error) {
+	err = r.db.QueryRow(ctx, r.backlogSQL).Scan(&now, &published, &processed, &partitioned)
 	if err != nil {
 		err = fmt.Errorf("outboxkit/postgres: retention: %w", wrap("read the oldest rows", err))
 	}
-	return now, published, processed, err
+	return now, published, processed, partitioned, err
 }
 
 func (r *Retention) setLeader(v bool) {

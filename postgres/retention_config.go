@@ -89,6 +89,16 @@ type RetentionConfig struct {
 	// MinRetentionLease (1s). Defaults to DefaultRetentionLease (30s).
 	LeaseDuration time.Duration
 
+	// PartitionsAhead is, on a partitioned table, how many periods after
+	// the current one the leader keeps partitions created for (Partitions).
+	// Defaults to DefaultPartitionsAhead of the table's period.
+	PartitionsAhead int
+
+	// PartitionLockTimeout bounds, on a partitioned table, each wait for
+	// the lock a partition's attach or detach takes (PartitionsConfig's
+	// LockTimeout). Defaults to DefaultPartitionLockTimeout (200ms).
+	PartitionLockTimeout time.Duration
+
 	// Holder names this Retention in the lease row, in logs and in
 	// Stats. It must be unique among the Retentions sharing a table: a
 	// Retention whose Holder holds the lease is taken for the leader.

@@ -18,6 +18,48 @@ type rowRefs struct {
 	ids  []core.ID
 	tids []pgtype.TID
 	pos  []int64
+	// created bounds the rows' created_at on the partitioned layout
+	// (claimPartitioned): a settlement by address searches only the
+	// partitions within them (createdWithin). Not set by a plain claim.
+	created createdBounds
+}
+
+// createdBounds are the least and greatest of a lease's created_at values,
+// as stored (a foreign writer's infinities included).
+type createdBounds struct {
+	lo, hi pgtype.Timestamptz // Valid once a value was added
+}
+
+func (b *createdBounds) add(t pgtype.Timestamptz) {
+	if !t.Valid {
+		return
+	}
+	if !b.lo.Valid || compareTimestamptz(t, b.lo) < 0 {
+		b.lo = t
+	}
+	if !b.hi.Valid || compareTimestamptz(t, b.hi) > 0 {
+		b.hi = t
+	}
+}
+
+// union is the bounds of both leases' rows, or none when either has none
+// (a settlement then cannot keep to the partitions of one).
+func (b createdBounds) union(o createdBounds) createdBounds {
+	if !b.lo.Valid || !o.lo.Valid {
+		return createdBounds{}
+	}
+	b.add(o.lo)
+	b.add(o.hi)
+	return b
+}
+
+// compareTimestamptz orders timestamps as PostgreSQL does: -infinity,
+// finite times, infinity.
+func compareTimestamptz(a, b pgtype.Timestamptz) int {
+	if c := cmpInt64(int64(a.InfinityModifier), int64(b.InfinityModifier)); c != 0 || a.InfinityModifier != pgtype.Finite {
+		return c
+	}
+	return a.Time.Compare(b.Time)
 }
 
 // addresses returns the row address of every outcome's event, in outcome

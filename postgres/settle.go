@@ -105,15 +105,23 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 	tids := refs.addresses(req.Outcomes)
 
 	q := settlement{seen: seen, byTID: tids != nil}
+	// The statements of the table's layout (layout.go): by address, those
+	// of the claim's, which a partitioned claim's bounds say; by ID, the
+	// store's.
+	byTID, byID := s.byTID, s.settleTexts()
+	var bounds []any
+	if q.byTID && refs.created.lo.Valid {
+		byTID, bounds = s.part.byTID, []any{refs.created.lo, refs.created.hi}
+	}
 	switch {
 	case allPublished && s.cfg.DeletePublished && q.byTID:
-		q.sql, q.args = s.byTID.delete, []any{token, tids, ids}
+		q.sql, q.args = byTID.delete, append([]any{token, tids, ids}, bounds...)
 	case allPublished && s.cfg.DeletePublished:
-		q.sql, q.args = s.deleteSQL, []any{token, ids}
+		q.sql, q.args = byID.delete, []any{token, ids}
 	case allPublished && q.byTID:
-		q.sql, q.args = s.byTID.publish, []any{token, now, tids, ids}
+		q.sql, q.args = byTID.publish, append([]any{token, now, tids, ids}, bounds...)
 	case allPublished:
-		q.sql, q.args = s.publishSQL, []any{token, now, ids}
+		q.sql, q.args = byID.publish, []any{token, now, ids}
 	default:
 		var published []pgtype.UUID
 		var publishedTIDs, otherTIDs []pgtype.TID
@@ -162,16 +170,24 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 		}
 		switch {
 		case s.cfg.DeletePublished && q.byTID:
-			q.sql, q.args = s.byTID.settleDelete, []any{token, now, others, kinds, errs, delays, publishedTIDs, otherTIDs, published}
+			q.sql, q.args = byTID.settleDelete, append([]any{token, now, others, kinds, errs, delays, publishedTIDs, otherTIDs, published}, bounds...)
 		case s.cfg.DeletePublished:
-			q.sql, q.args = s.settleDeleteSQL, []any{token, now, others, kinds, errs, delays, published}
+			q.sql, q.args = byID.settleDelete, []any{token, now, others, kinds, errs, delays, published}
 		case q.byTID:
-			q.sql, q.args = s.byTID.settle, []any{token, now, ids, kinds, errs, delays, tids}
+			q.sql, q.args = byTID.settle, append([]any{token, now, ids, kinds, errs, delays, tids}, bounds...)
 		default:
-			q.sql, q.args = s.settleSQL, []any{token, now, ids, kinds, errs, delays}
+			q.sql, q.args = byID.settle, []any{token, now, ids, kinds, errs, delays}
 		}
 	}
 	return q, nil
+}
+
+// settleTexts is the settlements by ID for the table's layout.
+func (s *Store) settleTexts() tidSQL {
+	if s.partitioned() {
+		return tidSQL{settle: s.part.settle, publish: s.part.publish, delete: s.part.delete, settleDelete: s.part.settleDelete}
+	}
+	return tidSQL{settle: s.settleSQL, publish: s.publishSQL, delete: s.deleteSQL, settleDelete: s.settleDeleteSQL}
 }
 
 // read consumes the settle's RETURNING ids and reports the events whose

@@ -1,5 +1,7 @@
 package postgres
 
+import "strconv"
+
 // Settle's SQL (settle.go): the statements that record a batch's
 // outcomes, finding the rows by their claimed address or by ID.
 
@@ -49,8 +51,28 @@ func sameOutcome(addresses, ids string) string {
 // key: one probe per ID, as a correlated subquery so the planner cannot
 // swap it for a join on id, which for a batch of a few hundred IDs its
 // default costs make a sequential scan of every row ever kept.
-func addressesByID(n names, ids string) string {
-	return `ARRAY(SELECT (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = i.id) FROM unnest(` + ids + `::uuid[]) AS i(id))`
+func addressesByID(n names, ids string) string { return addressesByIDFor(n, ids, false) }
+
+// byIDPart is what the lookup by ID adds on the partitioned layout, where
+// an ID is unique within its partition only (partition.go): the row of
+// the lease, one at most, so that an ID another partition holds too
+// cannot fail the statement ("more than one row returned by a subquery").
+func byIDPart(partitioned bool) string {
+	if !partitioned {
+		return ""
+	}
+	return ` AND x.lease_token = $1 LIMIT 1`
+}
+
+// createdWithin is what a settlement by address adds on the partitioned
+// layout: the least and greatest created_at of the lease's rows ($i and
+// $i+1, from the claim: rowRefs), so that only the partitions holding
+// them are searched. A row address is unique within a partition only; the
+// ID and token every statement matches keep a row of another partition at
+// the same address from being settled.
+func createdWithin(i int) string {
+	return `
+	AND t.created_at >= $` + strconv.Itoa(i) + `::timestamptz AND t.created_at <= $` + strconv.Itoa(i+1) + `::timestamptz`
 }
 
 // The per-event arrays of a mixed settlement.
@@ -74,7 +96,11 @@ func outcomesByTID(tids string) string {
 // outcomesByID is outcomesByTID with each address looked up by primary
 // key, as in addressesByID.
 func outcomesByID(n names) string {
-	return `(SELECT u.*, (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = u.id) AS tid, $1::uuid AS token
+	return outcomesByIDFor(n, false)
+}
+
+func outcomesByIDFor(n names, partitioned bool) string {
+	return `(SELECT u.*, (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = u.id` + byIDPart(partitioned) + `) AS tid, $1::uuid AS token
 	FROM unnest(` + outcomeArrays + `) AS u(` + outcomeCols + `) OFFSET 0) s`
 }
 
@@ -101,6 +127,11 @@ func settleTIDSQL(n names) string {
 // from at least one (greatest(attempts - 1, 0) fails on the smallest
 // integer), and the other outcomes keep the count.
 func settleUpdate(n names, outcomes string) string {
+	return settleUpdateWhere(n, outcomes, "")
+}
+
+// settleUpdateWhere is settleUpdate with more conditions on the rows.
+func settleUpdateWhere(n names, outcomes, more string) string {
 	return `UPDATE ` + n.outbox + ` t
 SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) ELSE t.published_at END,
 	dead_at = CASE WHEN s.kind = 3 THEN COALESCE($2::timestamptz, now()) ELSE t.dead_at END,
@@ -112,7 +143,7 @@ SET published_at = CASE WHEN s.kind = 1 THEN COALESCE($2::timestamptz, now()) EL
 	lease_token = NULL,
 	lease_until = NULL
 FROM ` + outcomes + `
-WHERE ` + outcomeMatch + `
+WHERE ` + outcomeMatch + more + `
 RETURNING t.id`
 }
 
@@ -151,10 +182,16 @@ func settleDeleteTIDSQL(n names) string {
 }
 
 func settleDeleteWhere(n names, deleted, updated string) string {
+	return settleDeleteWhereMore(n, deleted, updated, "")
+}
+
+// settleDeleteWhereMore is settleDeleteWhere with more conditions on the
+// updated rows.
+func settleDeleteWhereMore(n names, deleted, updated, more string) string {
 	return `WITH d AS (
 ` + deleteWhere(n, deleted) + `
 ), u AS (
-` + settleUpdate(n, updated) + `
+` + settleUpdateWhere(n, updated, more) + `
 )
 SELECT id FROM d UNION ALL SELECT id FROM u`
 }
@@ -177,4 +214,42 @@ func publishWhere(n names, rows string) string {
 SET published_at = COALESCE($2::timestamptz, now()), lease_token = NULL, lease_until = NULL
 WHERE ` + rows + `
 RETURNING t.id`
+}
+
+// The partitioned layout's settlements (partition.go). By address, each
+// takes two more parameters after its own, the least and greatest
+// created_at of the lease's rows (createdWithin); by ID, the lookup keeps
+// to the lease's rows (byIDPart).
+func settlePartSQL(n names) string { return settleUpdate(n, outcomesByIDFor(n, true)) }
+
+func publishPartSQL(n names) string {
+	return publishWhere(n, sameOutcome(addressesByIDFor(n, "$3", true), "$3"))
+}
+
+func deletePartSQL(n names) string {
+	return deleteWhere(n, sameOutcome(addressesByIDFor(n, "$2", true), "$2"))
+}
+
+func settleDeletePartSQL(n names) string {
+	return settleDeleteWhere(n, sameOutcome(addressesByIDFor(n, "$7", true), "$7"), outcomesByIDFor(n, true))
+}
+
+func settleTIDPartSQL(n names) string {
+	return settleUpdateWhere(n, outcomesByTID("$7"), createdWithin(8))
+}
+
+func publishTIDPartSQL(n names) string {
+	return publishWhere(n, sameOutcome("$3::tid[]", "$4")+createdWithin(5))
+}
+
+func deleteTIDPartSQL(n names) string {
+	return deleteWhere(n, sameOutcome("$2::tid[]", "$3")+createdWithin(4))
+}
+
+func settleDeleteTIDPartSQL(n names) string {
+	return settleDeleteWhereMore(n, sameOutcome("$7::tid[]", "$9")+createdWithin(10), outcomesByTID("$8"), createdWithin(10))
+}
+
+func addressesByIDFor(n names, ids string, partitioned bool) string {
+	return `ARRAY(SELECT (SELECT x.ctid FROM ` + n.outbox + ` x WHERE x.id = i.id` + byIDPart(partitioned) + `) FROM unnest(` + ids + `::uuid[]) AS i(id))`
 }

@@ -47,6 +47,10 @@ type Store struct {
 	claimSlotSQL string
 	// releaseSQL gives back what a failed claim leased (abandon.go).
 	releaseSQL string
+	// part holds the same statements for the partitioned layout, and
+	// layout is the table's as the store last saw it (layout.go).
+	part   partSQL
+	layout atomic.Int32
 	// backlog is whether the last claim through this store came back
 	// full: the next one then claims by slot.
 	backlog atomic.Bool
@@ -64,6 +68,14 @@ type Store struct {
 
 // tidSQL holds the settle statements that find rows by address (rowsByTID).
 type tidSQL struct{ settle, publish, delete, settleDelete string }
+
+// partSQL is the relay's statements on the partitioned layout
+// (claimPartitioned, createdWithin, byIDPart).
+type partSQL struct {
+	claim, claimDest, claimSlot                  string
+	settle, publish, delete, settleDelete, prune string
+	byTID                                        tidSQL
+}
 
 // Interface checks: the capabilities the relay and operators look for.
 var (
@@ -125,6 +137,12 @@ func New[DB Handle](db DB, cfg *Config) (*Store, error) {
 		pruneSQL:         pruneSQL(n),
 		statsSQL:         statsSQL(n),
 		plans:            newPlanMode(pool),
+		part: partSQL{
+			claim: claimPartSQL(n, c.Ordering, false), claimDest: claimPartSQL(n, c.Ordering, true), claimSlot: claimSlotPartSQL(n),
+			settle: settlePartSQL(n), publish: publishPartSQL(n), delete: deletePartSQL(n), settleDelete: settleDeletePartSQL(n),
+			prune: prunePartSQL(n),
+			byTID: tidSQL{settleTIDPartSQL(n), publishTIDPartSQL(n), deleteTIDPartSQL(n), settleDeleteTIDPartSQL(n)},
+		},
 	}, nil
 }
 

@@ -30,7 +30,7 @@ func (s *Store) topUp(ctx context.Context, q claim, b core.Batch, dead int) core
 	}
 	rest := q
 	if q.slot {
-		rest.slot, rest.sql = false, s.claimSQL
+		rest.slot, rest.sql = false, s.claimText(q.part, false, false)
 	}
 	rest.limit = q.limit - len(b.Events)
 	rest.args = append([]any(nil), q.args...)
@@ -72,6 +72,7 @@ func mergeBatches(a, b core.Batch) core.Batch {
 		out.Events[i] = r.ev
 		refs.ids[i], refs.tids[i], refs.pos[i] = r.ev.ID, r.tid, r.pos
 	}
+	refs.created = ra.created.union(rb.created)
 	out.Lease.Handle = refs
 	return out
 }

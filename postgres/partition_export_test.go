@@ -1,0 +1,11 @@
+package postgres
+
+// Test hooks of the partitioned layout.
+
+// PartitionedForTest is whether the store runs the partitioned layout's
+// statements (layout.go).
+func (s *Store) PartitionedForTest() bool { return s.partitioned() }
+
+// SetLayoutForTest makes the store take its table for partitioned or
+// plain until its next search for the claim floor from the beginning.
+func (s *Store) SetLayoutForTest(partitioned bool) { s.sawLayout(partitioned) }

@@ -1,0 +1,277 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// pdb is a test database with a partitioned outbox.
+type pdb struct {
+	testDB
+	parts *postgres.Partitions
+}
+
+func newPartitionedDB(t *testing.T, layout postgres.Partitioning) pdb {
+	t.Helper()
+	pool := pgtest.Pool(t, 6)
+	schema := pgtest.Schema(t, pool, "pgpart")
+	if err := postgres.Migrate(ctxT(t), pool, &postgres.MigrateConfig{Schema: schema, Partitions: layout}); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	p, err := postgres.NewPartitions(pool, &postgres.PartitionsConfig{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pdb{testDB: testDB{pool: pool, schema: schema}, parts: p}
+}
+
+func (d pdb) exec(t *testing.T, sql string, args ...any) int64 {
+	t.Helper()
+	tag, err := d.pool.Exec(ctxT(t), sql, args...)
+	if err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return tag.RowsAffected()
+}
+
+func (d pdb) table(name string) string { return pgx.Identifier{d.schema, name}.Sanitize() }
+
+// regclass is a table's name as regclass prints it (schema names here
+// need no quotes).
+func (d pdb) regclass(name string) string { return d.schema + "." + name }
+
+// partitionOf is the partition holding the event with the given ID.
+func (d pdb) partitionOf(t *testing.T, id core.ID) string {
+	t.Helper()
+	var name string
+	if err := d.pool.QueryRow(ctxT(t), `SELECT tableoid::regclass::text FROM `+d.table("outbox_events")+` WHERE id = $1`, id).Scan(&name); err != nil {
+		t.Fatalf("partition of %s: %v", id, err)
+	}
+	return name
+}
+
+func (d pdb) partitionNames(t *testing.T) map[string]bool {
+	t.Helper()
+	ps, err := d.parts.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, p := range ps {
+		out[p.Name] = true
+	}
+	return out
+}
+
+// A row address is unique within a partition only: the claim must lease
+// the rows it locked and no row of another partition at the same address,
+// and the settlement by address must touch only the lease's rows.
+func TestPartitionedClaimKeepsToTheRowsItLocked(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionDaily)
+	ctx := ctxT(t)
+	day1, day2 := time.Date(2030, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2030, 3, 2, 0, 0, 0, 0, time.UTC)
+	if _, err := d.parts.Create(ctx, day1, day2.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// Day 1: published events; day 2: pending ones. Both partitions fill
+	// from their first page, so their rows share addresses.
+	d.exec(t, `INSERT INTO `+d.table("outbox_events")+` (event_type, payload, created_at, published_at)
+SELECT 'old', '{}', $1::timestamptz + g * interval '1 second', now() FROM generate_series(1, 20) g`, day1)
+	var due []core.Event
+	for i := range 20 {
+		e := mustEvent(t, "due", map[string]int{"i": i})
+		e.CreatedAt = day2.Add(time.Duration(i) * time.Second)
+		e.AvailableAt = time.Now().Add(-time.Minute)
+		due = append(due, e)
+	}
+	s := newStore(t, d.testDB, postgres.Config{})
+	if err := addTx(ctx, s, d.pool, due...); err != nil {
+		t.Fatal(err)
+	}
+	var shared int
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM `+d.table("outbox_events_p20300301")+` a JOIN `+d.table("outbox_events_p20300302")+` b ON a.ctid = b.ctid`).Scan(&shared); err != nil {
+		t.Fatal(err)
+	}
+	if shared != 20 {
+		t.Fatalf("%d rows of the two partitions share an address, want 20: the test needs them to", shared)
+	}
+	for _, slot := range []bool{false, true} {
+		b, err := s.Claim(ctx, core.ClaimRequest{Limit: 10, LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !s.PartitionedForTest() {
+			t.Fatal("the store does not run the partitioned layout's statements")
+		}
+		if len(b.Events) != 10 {
+			t.Fatalf("claimed %d events, want 10", len(b.Events))
+		}
+		outcomes := make([]core.Outcome, len(b.Events))
+		for i, e := range b.Events {
+			if e.Type != "due" {
+				t.Fatalf("claimed event %s of type %q: a row the claim did not lock (slot claim %v)", e.ID, e.Type, slot)
+			}
+			outcomes[i] = core.Outcome{ID: e.ID, Kind: core.Published}
+			if i%3 == 0 {
+				outcomes[i] = core.Outcome{ID: e.ID, Kind: core.Retry, Delay: time.Hour, Error: "later"}
+			}
+		}
+		if n := count(t, d.testDB, `event_type = 'old' AND (lease_token IS NOT NULL OR attempts <> 0)`); n != 0 {
+			t.Fatalf("%d published rows of the other partition were leased by the claim", n)
+		}
+		if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: outcomes}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, d.testDB, `event_type = 'old' AND published_at IS NOT NULL AND lease_token IS NULL AND attempts = 0 AND last_error IS NULL`); n != 20 {
+		t.Fatalf("%d of the 20 published rows are as they were", n)
+	}
+	if n := count(t, d.testDB, `event_type = 'due' AND published_at IS NOT NULL`); n != 12 {
+		t.Fatalf("%d due events published, want 12", n)
+	}
+	if n := count(t, d.testDB, `event_type = 'due' AND last_error = 'later' AND published_at IS NULL AND lease_token IS NULL`); n != 8 {
+		t.Fatalf("%d due events retrying, want 8", n)
+	}
+}
+
+// A store takes a table converted while it runs for partitioned at its
+// next search for the floor from the beginning; until then it may run
+// the plain statements, which is what the conversion's cut-over allows.
+func TestStoreSeesTheLayout(t *testing.T) {
+	t.Parallel()
+	plain := newDB(t, 2)
+	s := newStore(t, plain, postgres.Config{})
+	if _, err := s.Claim(ctxT(t), core.ClaimRequest{Limit: 1, LeaseFor: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if s.PartitionedForTest() {
+		t.Fatal("a store on a plain table runs the partitioned layout's statements")
+	}
+	d := newPartitionedDB(t, postgres.PartitionHourly)
+	ps := newStore(t, d.testDB, postgres.Config{})
+	if !ps.PartitionedForTest() {
+		t.Fatal("a store that has not seen its table yet runs the plain layout's statements")
+	}
+	if _, err := ps.Claim(ctxT(t), core.ClaimRequest{Limit: 1, LeaseFor: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if !ps.PartitionedForTest() {
+		t.Fatal("a store on a partitioned table runs the plain layout's statements")
+	}
+}
+
+// Events written with creation times no partition covers land in the
+// default partition; creating their period's partition moves them into
+// it, and they are relayed as any other.
+func TestPartitionCreateMovesRowsOutOfTheDefault(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionDaily)
+	ctx := ctxT(t)
+	day := time.Date(2031, 6, 1, 0, 0, 0, 0, time.UTC)
+	s := newStore(t, d.testDB, postgres.Config{})
+	e := mustEvent(t, "future", nil)
+	e.CreatedAt, e.AvailableAt = day.Add(time.Hour), time.Now().Add(-time.Minute)
+	if err := addTx(ctx, s, d.pool, e); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.partitionOf(t, e.ID); got != d.regclass("outbox_events_default") {
+		t.Fatalf("event in %s, want the default partition", got)
+	}
+	b, err := s.Claim(ctx, core.ClaimRequest{Limit: 5, LeaseFor: time.Minute})
+	if err != nil || len(b.Events) != 1 {
+		t.Fatalf("claim = %d events, %v", len(b.Events), err)
+	}
+	created, err := d.parts.Create(ctx, day, day.Add(48*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(created) != 4 { // two days, two tables
+		t.Fatalf("created %v, want two days of both tables", created)
+	}
+	if got := d.partitionOf(t, e.ID); got != d.regclass("outbox_events_p20310601") {
+		t.Fatalf("event in %s after its partition was created, want outbox_events_p20310601", got)
+	}
+	// The lease follows the row: settled by ID once its address is gone.
+	if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: []core.Outcome{{ID: e.ID, Kind: core.Published}}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, d.testDB, "published_at IS NOT NULL"); n != 1 {
+		t.Fatalf("%d events published, want 1", n)
+	}
+	if again, err := d.parts.Create(ctx, day, day.Add(48*time.Hour)); err != nil || len(again) != 0 {
+		t.Fatalf("second Create = %v, %v; want nothing to do", again, err)
+	}
+}
+
+// An ID is unique within its partition: a second write of an event is
+// refused as on the plain layout when both fall in one partition, which
+// is the case for a retried Add of one event (its CreatedAt).
+func TestPartitionedDuplicateIDs(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionDaily)
+	ctx := ctxT(t)
+	s := newStore(t, d.testDB, postgres.Config{})
+	e := mustEvent(t, "once", nil)
+	e.CreatedAt = time.Now()
+	if err := addTx(ctx, s, d.pool, e); err != nil {
+		t.Fatal(err)
+	}
+	if err := addTx(ctx, s, d.pool, e); !errors.Is(err, postgres.ErrDuplicateEvent) {
+		t.Fatalf("second Add of one event = %v, want ErrDuplicateEvent", err)
+	}
+	// Plain SQL without created_at: both rows take now(), one partition.
+	id := core.NewID()
+	ins := `INSERT INTO ` + d.table("outbox_events") + ` (id, event_type, payload) VALUES ($1, 'x', '{}')`
+	d.exec(t, ins, id)
+	if _, err := d.pool.Exec(ctx, ins, id); err == nil {
+		t.Fatal("the same ID inserted twice in one period was accepted")
+	}
+}
+
+// The processed table's key is (consumer, event_id) whatever the layout:
+// a redelivery finds the record however long after it comes.
+func TestPartitionedDeduperKey(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionHourly)
+	ctx := ctxT(t)
+	dd, err := postgres.NewDeduper(d.pool, &postgres.DeduperConfig{Schema: d.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []core.ID{core.NewID(), core.NewIDAt(time.Now().Add(-3 * time.Hour)), core.ID(mustUUIDv4(t))} {
+		for i, want := range []bool{true, false} {
+			applied, err := dd.Once(ctx, core.DedupeKey{Consumer: "c", EventID: id}, func(context.Context) error { return nil })
+			if err != nil || applied != want {
+				t.Fatalf("event %s delivery %d: applied %v, %v; want %v", id, i+1, applied, err, want)
+			}
+		}
+	}
+	var inPeriod int
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM `+d.table("outbox_events_processed")+` WHERE tableoid <> $1::regclass`, d.table("outbox_events_processed_default")).Scan(&inPeriod); err != nil {
+		t.Fatal(err)
+	}
+	if inPeriod != 1 {
+		t.Fatalf("%d records in a period's partition, want 1 (the new UUID v7)", inPeriod)
+	}
+}
+
+func mustUUIDv4(t *testing.T) [16]byte {
+	t.Helper()
+	var id [16]byte
+	if err := pgtest.Pool(t, 1).QueryRow(ctxT(t), `SELECT gen_random_uuid()`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+var _ = fmt.Sprint

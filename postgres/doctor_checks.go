@@ -640,6 +640,18 @@ func (d *doctor) checkAutovacuum(ctx context.Context) ([]Finding, error) {
 	recent := max(10*s.naptime, 10*time.Minute)
 	switch {
 	case !last.IsZero() && t.now.Sub(last) < recent:
+		// Vacuum ran lately. The dead versions it left are held back only
+		// if something older than that vacuum holds the horizon; without
+		// such a holder they are younger than it, or counts that backends
+		// report up to ten seconds late, and the next autovacuum takes
+		// them.
+		held, err := d.horizonHeldSince(ctx, last)
+		if err != nil {
+			return nil, err
+		}
+		if !held {
+			return out, nil
+		}
 		out = append(out, Finding{Severity: SeverityWarning, Object: d.tableObject(), Count: t.dead,
 			Summary: fmt.Sprintf("vacuum ran on the outbox table %s ago and left %d dead row versions (autovacuum's threshold: %.0f): something holds back the xmin horizon, so they cannot be removed yet",
 				formatAge(t.now.Sub(last)), t.dead, threshold),
@@ -651,6 +663,26 @@ func (d *doctor) checkAutovacuum(ctx context.Context) ([]Finding, error) {
 			Fix: "check that autovacuum workers are not all busy on large tables (pg_stat_progress_vacuum; raise autovacuum_max_workers or lower autovacuum_vacuum_cost_delay), and VACUUM (ANALYZE) " + d.n.outbox + " now"})
 	}
 	return out, nil
+}
+
+// horizonHeldSince reports whether a session, a prepared transaction or a
+// replication slot of this database has held the xmin horizon since
+// before t.
+func (d *doctor) horizonHeldSince(ctx context.Context, t time.Time) (bool, error) {
+	var held bool
+	err := d.db.QueryRow(ctx, `SELECT EXISTS (
+	SELECT 1 FROM pg_catalog.pg_stat_activity
+	WHERE datname = current_database() AND pid <> pg_backend_pid()
+		AND backend_type NOT IN ('autovacuum worker', 'autovacuum launcher')
+		AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND xact_start < $1::timestamptz
+) OR EXISTS (
+	SELECT 1 FROM pg_catalog.pg_prepared_xacts WHERE database = current_database() AND prepared < $1::timestamptz
+) OR EXISTS (
+	SELECT 1 FROM pg_catalog.pg_replication_slots WHERE xmin IS NOT NULL
+) OR EXISTS (
+	SELECT 1 FROM pg_catalog.pg_stat_replication WHERE backend_xmin IS NOT NULL
+)`, t).Scan(&held)
+	return held, err
 }
 
 func (d *doctor) checkTableBloat(ctx context.Context) ([]Finding, error) {

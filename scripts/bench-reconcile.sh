@@ -72,19 +72,36 @@ VACUUM ANALYZE $schema.outbox_events_processed;
 SQL
 echo "loaded in $(( $(date +%s) - start )) s: $(q -Atc "SELECT pg_size_pretty(pg_total_relation_size('$schema.outbox_events')) || ' outbox, ' || pg_size_pretty(pg_total_relation_size('$schema.outbox_events_processed')) || ' processed'")"
 
+# The database's CPU for a run: reconcile's connections carry an
+# application_name, and their backends' CPU time is sampled from /proc
+# every 100 ms while it runs (the last sample before a backend exits
+# counts; PostgreSQL must run on this host).
+case $url in *\?*) run_url="$url&application_name=bench_reconcile" ;; *) run_url="$url?application_name=bench_reconcile" ;; esac
+hz=$(getconf CLK_TCK)
+
 status=0
 for i in $(seq 1 "$runs"); do
   set +e
-  DATABASE_URL=$url /usr/bin/time -v -o "$tmp/time" "$bin" reconcile --schema "$schema" --consumer billing \
-    --since 3h --grace 0s --qstash-token '' --json >"$tmp/out.json" 2>"$tmp/err"
+  DATABASE_URL=$run_url /usr/bin/time -v -o "$tmp/time" "$bin" reconcile --schema "$schema" --consumer billing \
+    --since 3h --grace 0s --qstash-token '' --json >"$tmp/out.json" 2>"$tmp/err" &
+  rpid=$!
+  : >"$tmp/cpu"
+  while kill -0 "$rpid" 2>/dev/null; do
+    for pid in $(q -Atc "SELECT pid FROM pg_stat_activity WHERE application_name = 'bench_reconcile'" 2>/dev/null); do
+      [ -r "/proc/$pid/stat" ] && echo "$pid $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null)" >>"$tmp/cpu"
+    done
+    sleep 0.1
+  done
+  wait "$rpid"
   code=$?
   set -e
+  dbcpu=$(awk -v hz="$hz" '{ last[$1] = $2 } END { for (p in last) s += last[p]; printf "%.2f", s / hz }' "$tmp/cpu")
   wall=$(sed -n 's/.*Elapsed (wall clock) time (h:mm:ss or m:ss): //p' "$tmp/time")
   rss=$(sed -n 's/.*Maximum resident set size (kbytes): //p' "$tmp/time")
   cpu=$(awk -F': ' '/User time|System time/ { s += $2 } END { printf "%.2f", s }' "$tmp/time")
   counts=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["published"], r["applied"], r["missing"], r["phantoms"], len(r["missing_events"]))' "$tmp/out.json")
   read -r published applied missing phantom listed <<<"$counts"
-  echo "run $i: wall $wall, outboxctl CPU ${cpu}s, max RSS $rss KiB ($(( rss / 1024 )) MiB), exit $code; published $published applied $applied missing $missing phantoms $phantom; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "run $i: wall $wall, outboxctl CPU ${cpu}s, database CPU ${dbcpu}s, max RSS $rss KiB ($(( rss / 1024 )) MiB), exit $code; published $published applied $applied missing $missing phantoms $phantom; load average $(cut -d' ' -f1-3 /proc/loadavg)"
   if [ "$code" != 1 ] || [ "$published" != "$n" ] || [ "$missing" != "$dropped" ] || [ "$listed" != "$dropped" ] || [ "$phantom" != "$phantoms" ]; then
     echo "bench-reconcile: wrong report (want exit 1, $n published, $dropped missing, $phantoms phantoms):" >&2
     cat "$tmp/err" >&2

@@ -116,6 +116,8 @@ var commands = []command{
 	{"dlq", "list, show, replay or purge dead-lettered events", (*app).cmdDLQ},
 	{"replay", "put published or dead-lettered events back to pending, keeping their IDs", (*app).cmdReplay},
 	{"prune", "delete old published events (and, with --processed, old processed-event records)", (*app).cmdPrune},
+	{"reconcile", "check that a consumer applied every published event; --replay-missing replays those it did not", (*app).cmdReconcile},
+	{"doctor", "find what makes the outbox slow or stuck (vacuum, xmin horizon, slots, plans, indexes) and what to do", (*app).cmdDoctor},
 	{"qstash-dev", "run the in-memory QStash server for local development", (*app).cmdQStashDev},
 	{"dashboard", "serve the operators' web page: overview, events, dead-letter replay and purge", (*app).cmdDashboard},
 }

@@ -1,5 +1,7 @@
 package postgres
 
+import "time"
+
 // Test hooks of the partitioned layout.
 
 // PartitionedForTest is whether the store runs the partitioned layout's
@@ -9,3 +11,8 @@ func (s *Store) PartitionedForTest() bool { return s.partitioned() }
 // SetLayoutForTest makes the store take its table for partitioned or
 // plain until its next search for the claim floor from the beginning.
 func (s *Store) SetLayoutForTest(partitioned bool) { s.sawLayout(partitioned) }
+
+// PartitionNameForTest is the name of the partition of table holding t.
+func (p Partitioning) PartitionNameForTest(table string, t time.Time) string {
+	return p.partName(table, p.start(t))
+}

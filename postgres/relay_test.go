@@ -377,6 +377,24 @@ func TestPollingDeliversWithNotifyOff(t *testing.T) {
 
 func TestOrderingUnderTwoRelays(t *testing.T) {
 	t.Parallel()
+	testOrderingUnderTwoRelays(t, newDB(t, 6))
+}
+
+// The same on the partitioned layout, every other round's events created
+// two hours earlier, so that each aggregate's events lie in two
+// partitions and its predecessors are looked for across them.
+func TestOrderingUnderTwoRelaysPartitioned(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionHourly)
+	if _, err := d.parts.Create(ctxT(t), time.Now().Add(-3*time.Hour), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	testOrderingUnderTwoRelays(t, d.testDB, 2*time.Hour)
+}
+
+// testOrderingUnderTwoRelays: earlier, when set, is how much earlier
+// than now every other round's events are created.
+func testOrderingUnderTwoRelays(t *testing.T, db testDB, earlier ...time.Duration) {
 	const (
 		aggregates = 50
 		writers    = 4
@@ -384,7 +402,6 @@ func TestOrderingUnderTwoRelays(t *testing.T) {
 		perAgg     = writers * rounds
 		failing    = "agg-00"
 	)
-	db := newDB(t, 6)
 	ctx := ctxT(t)
 
 	pub := memory.NewPublisher()
@@ -421,6 +438,9 @@ func TestOrderingUnderTwoRelays(t *testing.T) {
 				for a := range batch {
 					batch[a] = mustEvent(t, "step", map[string]int{"writer": w, "round": r})
 					batch[a].AggregateType, batch[a].AggregateID = "order", fmt.Sprintf("agg-%02d", a)
+					if len(earlier) > 0 && r%2 == 1 {
+						batch[a].CreatedAt, batch[a].AvailableAt = time.Now().Add(-earlier[0]), time.Now()
+					}
 				}
 				if err := addTx(ctx, writer, db.pool, batch...); err != nil {
 					errs <- err

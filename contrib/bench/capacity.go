@@ -160,10 +160,10 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 	}
 	c.capWriteFor, c.capPacedFor = f.writeFor, f.pacedFor
 	if c.capWriteFor == 0 {
-		c.capWriteFor = map[bool]time.Duration{true: time.Second, false: 4 * time.Second}[c.short]
+		c.capWriteFor = map[bool]time.Duration{true: 700 * time.Millisecond, false: 4 * time.Second}[c.short]
 	}
 	if c.capPacedFor == 0 {
-		c.capPacedFor = map[bool]time.Duration{true: 1500 * time.Millisecond, false: 5 * time.Second}[c.short]
+		c.capPacedFor = map[bool]time.Duration{true: time.Second, false: 5 * time.Second}[c.short]
 	}
 	switch {
 	case c.reps < 1 || c.capWriters < 1 || c.satWriters < 1 || c.tBatch < 1:
@@ -448,7 +448,9 @@ func measureCapacity(ctx context.Context, o *capConfig, args []string, stderr io
 	}
 	c.rep.Server.Local = probe.local()
 	probe.Close()
-	c.wal = newWALProbe(ctx, admin, o.walInspect)
+	c.wal = newWALProbe(ctx, o.dsn, admin, o.walInspect)
+	defer c.wal.close()
+	c.wal.logf = c.logf
 	c.rep.Server.WAL = c.wal.note
 	for i, w := range o.wakeups {
 		if w == "default" {

@@ -336,7 +336,17 @@ func runCapacityRelay(ctx context.Context, stdin io.Reader, stdout io.Writer) er
 	if err != nil {
 		return err
 	}
-	return say("done " + string(b))
+	if err := say("done " + string(b)); err != nil {
+		return err
+	}
+	// The parent reads its meters of this process's backends after
+	// "done": they must still exist then, so the pool stays open until
+	// the parent closes stdin (or says stop).
+	select {
+	case <-stopLine:
+	case <-ctx.Done():
+	}
+	return nil
 }
 
 // capChild is the parent's handle on a relay process.

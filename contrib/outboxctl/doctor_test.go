@@ -101,3 +101,25 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+func TestReconcileAndDoctorHelp(t *testing.T) {
+	t.Parallel()
+	for cmd, flags := range map[string][]string{
+		"reconcile": {"--consumer", "--since", "--until", "--grace", "--consumer-database-url", "--consumer-schema", "--consumer-table",
+			"--qstash-url", "--qstash-token", "--limit", "--json", "--replay-missing", "--database-url", "--schema", "--table"},
+		"doctor": {"--json", "--fail-on", "--checks", "--cheap", "--ordering", "--destinations", "--long-transaction",
+			"--idle-in-transaction", "--max-clock-skew", "--slot-wal", "--database-url", "--schema", "--table"},
+	} {
+		// A token in the environment is shown as set, never printed.
+		r := runCommand(t, env("QSTASH_TOKEN=secret-token-value"), cmd, "--help")
+		wantOK(t, r)
+		if !strings.HasPrefix(r.stdout, "Usage: outboxctl "+cmd+" ") || strings.Contains(r.stdout, "secret-token-value") {
+			t.Errorf("%s --help:\n%s", cmd, r.stdout)
+		}
+		for _, f := range flags {
+			if !strings.Contains(r.stdout, "\n  "+f+" ") && !strings.Contains(r.stdout, "\n  "+f+"\n") {
+				t.Errorf("%s --help does not document %s:\n%s", cmd, f, r.stdout)
+			}
+		}
+	}
+}

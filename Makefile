@@ -4,7 +4,7 @@ GO ?= go
 # pattern reaches all of them, where ./... would stop at the root module.
 PKGS := github.com/outboxkit/outboxkit/...
 
-.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak failover soak
+.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak failover soak partitions-bench partition-soak
 
 test: fmt-check vet repo-check unit examples-smoke
 
@@ -94,3 +94,14 @@ fuzz:
 # harness's smoke test instead.
 bench:
 	$(GO) run ./contrib/bench -reps 3 $(BENCHFLAGS)
+
+# The partitioned layout (contrib/bench partitions.go): 10,000,000 published
+# rows kept beside a drain and a latency run, on the plain layout and on
+# daily partitions, and one day of 1,000,000 retired both ways; tens of
+# minutes. partition-soak: 2,000 events/s for 30 minutes per layout with
+# a 10-minute retention, the table's size and dead rows sampled (an hour).
+partitions-bench:
+	$(GO) run ./contrib/bench -workloads partitions -reps 3 -v $(BENCHFLAGS)
+
+partition-soak:
+	$(GO) run ./contrib/bench -workloads partition-soak -reps 1 -v $(BENCHFLAGS)

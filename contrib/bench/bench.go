@@ -105,8 +105,9 @@ func runAll(ctx context.Context, o *options, stderr io.Writer) (*Report, error) 
 	steps := map[string]func(context.Context) error{
 		"drain": b.runDrain, "latency": b.runLatency, "write": b.runWrite, "idle": b.runIdle, "growth": b.runGrowth,
 		"qstash": b.runQStash, "brokers": b.runBrokers, "scaleout": b.runScaleOut, "consumer": b.runConsumer,
+		"partitions": b.runPartitions, "partition-soak": b.runPartitionSoak,
 	}
-	for _, w := range allWorkloads {
+	for _, w := range append(slices.Clone(allWorkloads), optInWorkloads...) {
 		if !o.has(w) {
 			continue
 		}

@@ -37,6 +37,9 @@ type latencyVariant struct {
 	// non-empty batch, instead of waiting for the poll interval after a
 	// batch that was not full.
 	reclaim bool
+	// on, when set, is the migrated schema to run in (kept afterwards);
+	// otherwise each run gets a fresh one (partitions.go sets it).
+	on *schema
 }
 
 // pace calls fn(i) for i in [0, n) at rate per second from workers
@@ -118,11 +121,14 @@ func (b *bench) latencyOutboxkit(ctx context.Context, rate int, v latencyVariant
 	}
 	notify := mode != postgres.NotifyOff
 	n := rate * int(b.o.latencyFor/time.Second)
-	s, err := b.outboxSchema(ctx)
-	if err != nil {
-		return latencyResult{}, err
+	s := v.on
+	if s == nil {
+		var err error
+		if s, err = b.outboxSchema(ctx); err != nil {
+			return latencyResult{}, err
+		}
+		defer s.drop()
 	}
-	defer s.drop()
 	ids, arr := latencyIDs(n)
 	payload := []byte(benchPayload)
 

@@ -19,6 +19,10 @@ const defaultDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 // allWorkloads in the order a full run executes them.
 var allWorkloads = []string{"drain", "latency", "write", "consumer", "idle", "growth", "qstash", "brokers", "scaleout"}
 
+// optInWorkloads run only when -workloads names them, after the others:
+// the partitioned layout's (partitions.go), whose preloads take minutes.
+var optInWorkloads = []string{"partitions", "partition-soak"}
+
 // options are the harness's flags.
 type options struct {
 	dsn        string
@@ -42,6 +46,12 @@ type options struct {
 	// the small one (-events) (growth.go).
 	growthEvents   int
 	growthRetained int
+	// The partitions workload's published rows kept, over how many days,
+	// its latency rate and the rows of the day it retires; the soak's
+	// length, rate and retention (partitions.go, partition_soak.go).
+	partRetained, partDays, partRate, partRetire int
+	soakFor, soakRetain                          time.Duration
+	soakRate                                     int
 	// The consumer workload (consumer.go): paced rates, each run's
 	// length, the paced runs' senders and the closed loop's.
 	consumerRates   []int
@@ -96,6 +106,13 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.idleFor, "idle-duration", 60*time.Second, "how long the idle workload measures each idle relay's CPU")
 	fs.IntVar(&o.growthEvents, "growth-events", 1_000_000, "the growth workload's large backlog, drained beside one of -events")
 	fs.IntVar(&o.growthRetained, "growth-retained", 2_000_000, "published rows the growth workload keeps beside a backlog of -events")
+	fs.IntVar(&o.partRetained, "partition-retained", 10_000_000, "published rows the partitions workload keeps beside its backlog, on each layout")
+	fs.IntVar(&o.partDays, "partition-days", 10, "days over which the partitions workload's kept rows were created")
+	fs.IntVar(&o.partRate, "partition-rate", 1000, "events/s of the partitions workload's latency runs")
+	fs.IntVar(&o.partRetire, "partition-retire", 1_000_000, "published rows of the day the partitions workload retires")
+	fs.DurationVar(&o.soakFor, "soak-duration", 30*time.Minute, "length of each layout's run in the partition-soak workload")
+	fs.IntVar(&o.soakRate, "soak-rate", 2000, "events/s written and relayed in the partition-soak workload")
+	fs.DurationVar(&o.soakRetain, "soak-retention", 10*time.Minute, "RetainPublished of the partition-soak workload's Retention")
 	fs.StringVar(&consumerRates, "consumer-rates", "1000", "deliveries/s of the consumer workload's paced runs")
 	fs.DurationVar(&o.consumerFor, "consumer-duration", 10*time.Second, "length of each paced consumer run; the closed-loop run sends as many deliveries as the fastest")
 	fs.IntVar(&o.consumerSenders, "consumer-senders", 16, "concurrent senders (keep-alive connections) of the consumer workload's paced runs")
@@ -131,8 +148,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	}
 	var err error
 	for _, w := range splitList(workloads) {
-		if !slices.Contains(allWorkloads, w) {
-			return nil, fmt.Errorf("-workloads: unknown workload %q (known: %s)", w, strings.Join(allWorkloads, ","))
+		if !slices.Contains(allWorkloads, w) && !slices.Contains(optInWorkloads, w) {
+			return nil, fmt.Errorf("-workloads: unknown workload %q (known: %s; and, when named, %s)", w, strings.Join(allWorkloads, ","), strings.Join(optInWorkloads, ","))
 		}
 		o.workloads = append(o.workloads, w)
 	}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// The partition-soak workload (make partition-soak): -soak-rate events/s
+// written (8 producers, one event per transaction, NotifyAfterCommit) and
+// relayed (core.Relay with its defaults) for -soak-duration, with a
+// Retention keeping published events for -soak-retention (its other
+// settings the defaults: batches of 1,000, a 100 ms pause, a pass a
+// minute), on the plain layout and then on hourly partitions. Every
+// minute it samples the outbox table (all its partitions): total size,
+// live and dead rows (pg_stat_user_tables; autovacuum as the server has
+// it: off on the project's machine), partitions.
+//
+// With hourly partitions a partition can go once its hour has ended and
+// its last event was published -soak-retention ago, so the table holds
+// between the retention and the retention plus an hour of events: its
+// size stops growing after about 70 minutes at 10 minutes' retention,
+// and a run must last longer than that to show the plateau. The plain
+// table's live rows stop growing after the retention, but every deleted
+// and every updated row stays as a dead row until VACUUM.
+
+const soakSampleEvery = time.Minute
+
+type soakSample struct {
+	at          time.Duration
+	bytes       int64
+	live, dead  int64
+	partitions  int
+	deletedRows int64
+}
+
+func (b *bench) runPartitionSoak(ctx context.Context) error {
+	o := b.o
+	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("partition-soak workload: %d events/s for %s per layout (8 producers, NotifyAfterCommit; relay defaults), Retention RetainPublished %s (other settings default); samples every %s: pg_total_relation_size and pg_stat_user_tables over pg_partition_tree",
+		o.soakRate, o.soakFor, o.soakRetain, soakSampleEvery))
+	for rep := 0; rep < o.reps; rep++ {
+		for _, layout := range []postgres.Partitioning{postgres.PartitionNone, postgres.PartitionHourly} {
+			sys := sysPlain
+			if layout != postgres.PartitionNone {
+				sys = "hourly partitions"
+			}
+			samples, err := b.soak(ctx, layout)
+			if err != nil {
+				return fmt.Errorf("soak %s: %w", sys, err)
+			}
+			if len(samples) == 0 {
+				continue
+			}
+			last := samples[len(samples)-1]
+			var maxDead int64
+			for _, s := range samples {
+				maxDead = max(maxDead, s.dead)
+				b.logf("soak %s rep %d at %s: %.1f MiB, %d live, %d dead rows, %d partitions, %d deleted by retention",
+					sys, rep+1, s.at.Round(time.Second), float64(s.bytes)/(1<<20), s.live, s.dead, s.partitions, s.deletedRows)
+			}
+			half := samples[len(samples)/2]
+			cas := fmt.Sprintf("%d/s for %s, retention %s", o.soakRate, o.soakFor, o.soakRetain)
+			b.rep.add("partition-soak", cas, sys, "MiB at the end", float64(last.bytes)/(1<<20))
+			b.rep.add("partition-soak", cas, sys, "MiB at half time", float64(half.bytes)/(1<<20))
+			b.rep.add("partition-soak", cas, sys, "dead rows at the end", float64(last.dead))
+			b.rep.add("partition-soak", cas, sys, "most dead rows", float64(maxDead))
+			b.rep.add("partition-soak", cas, sys, "live rows at the end", float64(last.live))
+			b.rep.add("partition-soak", cas, sys, "rows deleted by retention", float64(last.deletedRows))
+		}
+	}
+	return nil
+}
+
+// soak runs one layout's soak and returns its samples.
+func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakSample, error) {
+	o := b.o
+	s, err := b.layoutSchema(ctx, layout)
+	if err != nil {
+		return nil, err
+	}
+	defer s.drop()
+	relayPool, err := newPool(ctx, o.dsn, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer relayPool.Close()
+	prodPool, err := newPool(ctx, o.dsn, int32(o.writers))
+	if err != nil {
+		return nil, err
+	}
+	defer prodPool.Close()
+	cfg := postgres.Config{Schema: s.name, Notify: postgres.NotifyAfterCommit}
+	relayStore, err := postgres.New(relayPool, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	prodStore, err := postgres.New(prodPool, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	relay, err := core.NewRelay(relayStore, &countSink{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	ret, err := postgres.NewRetention(relayPool, &postgres.RetentionConfig{Schema: s.name, RetainPublished: o.soakRetain, RetainProcessed: postgres.RetainForever})
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 2)
+	go func() { done <- relay.Run(rctx) }()
+	go func() { done <- ret.Run(rctx) }()
+
+	var samples []soakSample
+	start := time.Now()
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(soakSampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tick.C:
+			}
+			sm, err := soakMeasure(rctx, s)
+			if err != nil {
+				continue
+			}
+			sm.at, sm.deletedRows = time.Since(start), ret.Stats().PublishedDeleted
+			samples = append(samples, sm)
+		}
+	}()
+	n := o.soakRate * int(o.soakFor/time.Second)
+	payload := []byte(benchPayload)
+	_, err = pace(ctx, n, o.soakRate, o.writers, func(ctx context.Context, i int) error {
+		e := core.Event{ID: core.NewID(), Type: "bench", Payload: payload}
+		tx, err := prodPool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := prodStore.Add(ctx, tx, e); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		prodStore.Notify()
+		return nil
+	})
+	// A last sample once what was written is relayed.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if left, perr := pendingCount(ctx, s); perr != nil || left == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	<-sampled
+	<-done
+	<-done
+	if err != nil {
+		return nil, err
+	}
+	if sm, merr := soakMeasure(context.WithoutCancel(ctx), s); merr == nil {
+		sm.at, sm.deletedRows = time.Since(start), ret.Stats().PublishedDeleted
+		samples = append(samples, sm)
+	}
+	return samples, nil
+}
+
+// soakMeasure reads the outbox table's size and rows over its partitions.
+func soakMeasure(ctx context.Context, s *schema) (soakSample, error) {
+	time.Sleep(1100 * time.Millisecond) // let the backends flush their statistics
+	var sm soakSample
+	err := s.pool.QueryRow(ctx, `SELECT COALESCE(sum(pg_total_relation_size(t.relid)), 0)::int8,
+	COALESCE(sum(st.n_live_tup), 0)::int8, COALESCE(sum(st.n_dead_tup), 0)::int8, count(*) FILTER (WHERE t.isleaf)::int
+FROM `+outboxTree+` LEFT JOIN pg_stat_user_tables st ON st.relid = t.relid`, s.table(postgres.DefaultTable)).
+		Scan(&sm.bytes, &sm.live, &sm.dead, &sm.partitions)
+	return sm, err
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/postgres"
+)
+
+// outboxctl migrate --partitions daily|hourly: the partitioned layout
+// (docs/SCHEMA.md, "The partitioned layout"). On a schema without the
+// outbox tables, the migrations create them partitioned; on a plain
+// outbox table, migrate converts it online (postgres.ConvertToPartitioned)
+// after applying what is pending; on a partitioned one it applies what is
+// pending. With --print, the printed script creates the partitioned
+// layout.
+
+// partitionsFlagHelp is --partitions' text in migrate --help.
+const partitionsFlagHelp = "layout: `daily` or `hourly` partitions (default: one plain table); new tables are created partitioned, an existing plain outbox table is converted online while writers and relays run"
+
+// registerPartitionsFlag adds --partitions to migrate's flag set.
+func registerPartitionsFlag(fs *flagSet) *string {
+	return fs.String("partitions", "", partitionsFlagHelp)
+}
+
+// partitionedMigrator is a migrator whose new tables have the layout
+// --partitions names (pool nil to print only).
+func (a *app) partitionedMigrator(pool *pgxpool.Pool, partitions string) (*postgres.Migrator, postgres.Partitioning, error) {
+	layout, err := postgres.ParsePartitioning(partitions)
+	if err != nil {
+		return nil, 0, usageError("--partitions: " + strings.TrimPrefix(err.Error(), "outboxkit: "))
+	}
+	m, err := postgres.NewMigrator(pool, &postgres.MigrateConfig{Schema: a.g.schema, Table: a.g.table, Partitions: layout})
+	if err != nil {
+		return nil, 0, a.dbError(err)
+	}
+	return m, layout, nil
+}
+
+// migratePartitioned is "migrate --partitions": the migrations, and the
+// conversion of a plain outbox table.
+func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
+	pool, err := a.connect(ctx, 0)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	m, layout, err := a.partitionedMigrator(pool, partitions)
+	if err != nil {
+		return err
+	}
+	if layout == postgres.PartitionNone {
+		return usageError("--partitions " + partitions + " asks for the plain layout: run migrate without --partitions")
+	}
+	applied, err := m.Up(ctx)
+	var le *postgres.LayoutError
+	if errors.As(err, &le) {
+		// A plain table: bring it up to date as it is, then convert it.
+		plain, perr := postgres.NewMigrator(pool, &postgres.MigrateConfig{Schema: a.g.schema, Table: a.g.table})
+		if perr != nil {
+			return a.dbError(perr)
+		}
+		if applied, err = plain.Up(ctx); err != nil {
+			return a.dbError(err)
+		}
+		if len(applied) > 0 {
+			fmt.Fprintf(a.stdout, "schema %s, table %s: applied %s\n", a.g.schema, a.g.table, versionNames(plain, applied))
+		}
+		fmt.Fprintf(a.stdout, "schema %s, table %s: converting the plain outbox table to %s partitions while writers and relays run (a check is validated by a scan first)\n",
+			a.g.schema, a.g.table, layout)
+		rep, err := postgres.ConvertToPartitioned(ctx, pool, &postgres.MigrateConfig{Schema: a.g.schema, Table: a.g.table, Partitions: layout})
+		if err != nil {
+			return a.dbError(err)
+		}
+		fmt.Fprintf(a.stdout, "schema %s, table %s: converted: rows created before %s stay in %s, later ones go to their %s's partition; the swap held the table for %s\n",
+			a.g.schema, a.g.table, rep.CutOver.UTC().Format(time.RFC3339), rep.Legacy, layoutUnit(layout), rep.Took.Round(time.Millisecond))
+		for _, w := range rep.Warnings {
+			a.warn("%s", w)
+		}
+		return nil
+	}
+	if err != nil {
+		return a.dbError(err)
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(a.stdout, "schema %s, table %s: already up to date\n", a.g.schema, a.g.table)
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "schema %s, table %s: applied %s (%s partitions for new tables)\n", a.g.schema, a.g.table, versionNames(m, applied), layout)
+	return nil
+}
+
+func layoutUnit(p postgres.Partitioning) string {
+	if p == postgres.PartitionHourly {
+		return "hour"
+	}
+	return "day"
+}

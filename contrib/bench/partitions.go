@@ -150,7 +150,6 @@ func (b *bench) runPartitions(ctx context.Context) error {
 	return nil
 }
 
-
 // partitionRatios adds the workload's ratios and targets.
 func (b *bench) partitionRatios() {
 	r, o := b.rep, b.o

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // faultKind is one kind of injected fault.
@@ -58,6 +60,8 @@ type scenario struct {
 	relayArgs  []string
 	observe    func(ctx context.Context, e *env)
 	onStats    func(relay int, line string) // env.onStats
+	// partitions migrates the tables with this layout (envConfig).
+	partitions postgres.Partitioning
 }
 
 // tally counts the faults injected.
@@ -124,7 +128,7 @@ func runScenario(t *testing.T, sc scenario) {
 	chance := func(p float64) bool { rngMu.Lock(); defer rngMu.Unlock(); return rng.Float64() < p }
 
 	start := time.Now()
-	e := newEnv(t, envConfig{bouncer: sc.bouncer, deliveries: sc.deliveries})
+	e := newEnv(t, envConfig{bouncer: sc.bouncer, deliveries: sc.deliveries, partitions: sc.partitions})
 	e.onStats = sc.onStats
 	e.startConsumer("-crash-every", strconv.FormatUint(sc.consumerCrashEvery, 10), "-hijack-every", strconv.FormatUint(sc.hijackEvery, 10))
 	for i := range sc.relays {

@@ -78,6 +78,9 @@ type envConfig struct {
 	// deliveries is qstashdev's number of delivery workers. Defaults to
 	// qsConcurrency.
 	deliveries int
+	// partitions is the layout the outbox and processed tables are
+	// migrated with (partitioned_test.go).
+	partitions postgres.Partitioning
 }
 
 func newEnv(t *testing.T, cfg envConfig) *env {
@@ -97,7 +100,7 @@ func newEnv(t *testing.T, cfg envConfig) *env {
 		e.writes = pool
 	}
 	e.schema = pgtest.Schema(t, e.pool, "chaos")
-	if err := postgres.Migrate(ctx, e.writes, &postgres.MigrateConfig{Schema: e.schema}); err != nil {
+	if err := postgres.Migrate(ctx, e.writes, &postgres.MigrateConfig{Schema: e.schema, Partitions: cfg.partitions}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
 	_, err := e.writes.Exec(ctx, `

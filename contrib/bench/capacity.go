@@ -11,11 +11,14 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // The capacity mode (-capacity) measures the per-event costs that decide
@@ -36,6 +39,7 @@ type capConfig struct {
 	capacity    bool // the full measurements
 	sizing      bool // the short ones
 	inputsFile  string
+	against     string
 	short       bool
 	reps        int
 	batches     []int
@@ -54,6 +58,10 @@ type capConfig struct {
 	verbose     bool
 	jsonOut     bool
 	only        []string
+	// layouts of the outbox table measured: the plain one always, and with
+	// -capacity the hourly partitioned layout too (writes, a drain at the
+	// transports' batch size, retention by dropping partitions).
+	layouts []postgres.Partitioning
 }
 
 // capPhases are the capacity mode's measurements.
@@ -65,13 +73,14 @@ func (o *capConfig) runs(p string) bool { return len(o.only) == 0 || slices.Cont
 // capFlags are the flags' raw values.
 type capFlags struct {
 	capacity, sizing, walInspect, colocated        bool
+	partitioned                                    bool
 	inputs, batches, wakeups, rates, transports    string
-	only                                           string
+	only, against                                  string
 	reps, tBatch, writers, satWriters, relays      int
 	cores, share, rate, avgRate, relayCores, pubMs float64
 	otherWAL                                       float64
 	writeFor, pacedFor, saturate, retention        time.Duration
-	natsURL, wakeup, transport                     string
+	natsURL, wakeup, transport, layout             string
 }
 
 // registerCapacityFlags adds the capacity mode's flags to fs.
@@ -80,12 +89,14 @@ func registerCapacityFlags(fs *flag.FlagSet) *capFlags {
 	fs.BoolVar(&f.capacity, "capacity", false, "measure the per-event costs of the capacity model (every wake-up mode, batch size and transport, the consumer side) and print the model (docs/SCALING.md); takes a few minutes")
 	fs.BoolVar(&f.sizing, "sizing", false, "the short capacity measurements (under a minute) against -dsn, then the model's prediction for -cores, -cpu-share and -events-per-second")
 	fs.StringVar(&f.inputs, "capacity-inputs", "", "a `file` of -capacity or -sizing JSON output: print the model's prediction from its measurements, measuring nothing")
+	fs.StringVar(&f.against, "capacity-against", "", "with -capacity-inputs: a `file` of another run's JSON output whose saturation runs the inputs' model predicts (the validation across core counts)")
 	fs.Float64Var(&f.cores, "cores", float64(runtime.NumCPU()), "sizing: the database server's cores")
 	fs.Float64Var(&f.share, "cpu-share", 0.5, "sizing: the share of those cores the outbox may use (writes, relaying, retention)")
 	fs.Float64Var(&f.rate, "events-per-second", 0, "sizing: the peak rate to size for (0: only the most the share sustains)")
 	fs.Float64Var(&f.avgRate, "avg-events-per-second", 0, "sizing: the average rate, for WAL per day and the table's size (0: -events-per-second)")
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "sizing: how long published events are kept (postgres.RetentionConfig.RetainPublished)")
 	fs.StringVar(&f.wakeup, "wakeup", "", "sizing: the relays' wake-up, wal, listen or poll (default: wal where the server allows logical replication, else listen)")
+	fs.StringVar(&f.layout, "layout", "plain", "sizing: the outbox table's layout, plain, hourly or daily (partitions retired whole instead of rows pruned; measured with -capacity on the hourly layout)")
 	fs.StringVar(&f.transport, "transport", transportNoop, "sizing: the relays' transport, for their CPU and publish time: noop, qstashdev or nats (measured with -capacity-transports)")
 	fs.Float64Var(&f.pubMs, "publish-ms", 0, "sizing: a publish's round trip in ms (a remote QStash or broker; 0: the measured local one)")
 	fs.Float64Var(&f.otherWAL, "database-wal-mib-per-s", 0, "sizing: the database's WAL besides the outbox's, MiB/s, which every relay's WAL stream decodes too")
@@ -93,6 +104,7 @@ func registerCapacityFlags(fs *flag.FlagSet) *capFlags {
 	fs.IntVar(&f.relays, "relays", 0, "sizing: relay processes (0: as many as the rate needs, plus one)")
 	fs.BoolVar(&f.colocated, "colocated", false, "sizing: the writers and the relay run on the database's cores too (the validation's setting)")
 	fs.StringVar(&f.only, "capacity-only", "", "capacity: run only these measurements, of write, empty, drain, paced, consumer, retention, saturate (default all; saturate only with -capacity-saturate)")
+	fs.BoolVar(&f.partitioned, "capacity-partitioned", true, "capacity: also measure the hourly partitioned layout (postgres.MigrateConfig.Partitions): writes, a drain, retention by dropping partitions")
 	fs.IntVar(&f.reps, "capacity-reps", 0, "capacity: repetitions of every measurement, medians taken (0: 3 with -capacity, 1 with -sizing)")
 	fs.StringVar(&f.batches, "capacity-batches", "", "capacity: relay batch sizes drained (default 1,10,100,500; -sizing 1,100)")
 	fs.StringVar(&f.wakeups, "capacity-wakeups", "", "capacity: wake-up modes of the paced runs, of wal, listen, poll (default all; -sizing the server's default)")
@@ -117,7 +129,10 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 	if n := btoi(f.capacity) + btoi(f.sizing) + btoi(f.inputs != ""); n > 1 {
 		return nil, errors.New("-capacity, -sizing and -capacity-inputs are alternatives: give one")
 	}
-	c := &capConfig{dsn: o.dsn, capacity: f.capacity, sizing: f.sizing, inputsFile: f.inputs, short: f.sizing,
+	if f.against != "" && f.inputs == "" {
+		return nil, errors.New("-capacity-against goes with -capacity-inputs")
+	}
+	c := &capConfig{dsn: o.dsn, capacity: f.capacity, sizing: f.sizing, inputsFile: f.inputs, against: f.against, short: f.sizing,
 		tBatch: f.tBatch, natsURL: f.natsURL, capWriters: f.writers, saturate: f.saturate, satWriters: f.satWriters,
 		walInspect: f.walInspect, verbose: o.verbose, jsonOut: o.jsonOut}
 	def := func(full, short string, v string) string {
@@ -148,6 +163,10 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 			return nil, fmt.Errorf("-capacity-transports: unknown transport %q (noop, qstashdev, nats)", t)
 		}
 	}
+	c.layouts = []postgres.Partitioning{postgres.PartitionNone}
+	if !c.short && f.partitioned {
+		c.layouts = append(c.layouts, postgres.PartitionHourly)
+	}
 	c.only = splitList(f.only)
 	for _, p := range c.only {
 		if !slices.Contains(capPhases, p) {
@@ -176,10 +195,12 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 		return nil, errors.New("-events-per-second, -avg-events-per-second, -retention, -relays and -publish-ms must not be negative, -relay-cores positive")
 	case f.wakeup != "" && capWakeups[f.wakeup].want == "":
 		return nil, fmt.Errorf("-wakeup %q: use wal, listen or poll", f.wakeup)
+	case f.layout != "plain" && f.layout != "hourly" && f.layout != "daily":
+		return nil, fmt.Errorf("-layout %q: use plain, hourly or daily", f.layout)
 	case f.transport != transportNoop && f.transport != transportQStash && f.transport != transportNATS:
 		return nil, fmt.Errorf("-transport %q: use noop, qstashdev or nats", f.transport)
 	}
-	c.scenario = Scenario{Cores: f.cores, CPUShare: f.share, Rate: f.rate, AvgRate: f.avgRate, RetentionHours: f.retention.Hours(),
+	c.scenario = Scenario{layout: f.layout, Cores: f.cores, CPUShare: f.share, Rate: f.rate, AvgRate: f.avgRate, RetentionHours: f.retention.Hours(),
 		Wakeup: f.wakeup, Transport: f.transport, PublishMs: f.pubMs, OtherWALMiBps: f.otherWAL, RelayCores: f.relayCores, Relays: f.relays, Colocated: f.colocated}
 	return c, nil
 }
@@ -311,6 +332,20 @@ func runCapacity(ctx context.Context, o *capConfig, args []string, stdout, stder
 	var err error
 	if o.inputsFile != "" {
 		rep, err = loadCapacityReport(o.inputsFile)
+		if err == nil && o.against != "" {
+			var other *CapacityReport
+			if other, err = loadCapacityReport(o.against); err == nil {
+				if len(other.Saturation) == 0 {
+					err = fmt.Errorf("%s has no saturation run (-capacity-saturate)", o.against)
+				}
+				rep.Saturation = other.Saturation
+				rep.Notes = append(rep.Notes, fmt.Sprintf("the saturation runs are %s's, predicted from %s's inputs", o.against, o.inputsFile))
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
 	} else {
 		rep, err = measureCapacity(ctx, o, args, stderr)
 	}
@@ -369,7 +404,11 @@ func model(rep *CapacityReport, o *capConfig) {
 	}
 	rep.Wakeup = wakeup
 	rep.Modelled = true
-	in, notes := buildInputs(rep, wakeup)
+	layout := o.scenario.layout
+	if layout == "" {
+		layout = "plain"
+	}
+	in, notes := buildLayoutInputs(rep, wakeup, layout)
 	rep.Inputs = in
 	rep.Notes = append(rep.Notes, notes...)
 	s := o.scenario
@@ -451,6 +490,7 @@ func measureCapacity(ctx context.Context, o *capConfig, args []string, stderr io
 	c.wal = newWALProbe(ctx, o.dsn, admin, o.walInspect)
 	defer c.wal.close()
 	c.wal.logf = c.logf
+	c.wal.debug = o.verbose && os.Getenv("OUTBOXKIT_CAPACITY_WALDEBUG") == "1"
 	c.rep.Server.WAL = c.wal.note
 	for i, w := range o.wakeups {
 		if w == "default" {
@@ -477,8 +517,10 @@ func (c *capRun) measureAll(ctx context.Context) error {
 	for rep := 0; rep < o.reps; rep++ {
 		c.logf("capacity repetition %d of %d (load %s)", rep+1, o.reps, loadSnapshot())
 		if o.runs("write") {
-			if err := c.measureWrites(ctx, rep); err != nil {
-				return err
+			for _, l := range o.layouts {
+				if err := c.measureWrites(ctx, rep, l); err != nil {
+					return err
+				}
 			}
 		}
 		if o.runs("empty") {
@@ -492,34 +534,40 @@ func (c *capRun) measureAll(ctx context.Context) error {
 		type drain struct {
 			batch     int
 			transport string
+			layout    postgres.Partitioning
 		}
 		var drains []drain
 		for _, b := range o.batches {
 			if !o.runs("drain") {
 				break
 			}
-			drains = append(drains, drain{b, transportNoop})
+			drains = append(drains, drain{b, transportNoop, postgres.PartitionNone})
+		}
+		for _, l := range o.layouts {
+			if l != postgres.PartitionNone && o.runs("drain") {
+				drains = append(drains, drain{o.tBatch, transportNoop, l})
+			}
 		}
 		for _, t := range o.transports {
 			if t != transportNoop && o.runs("drain") {
-				drains = append(drains, drain{o.tBatch, t})
+				drains = append(drains, drain{o.tBatch, t, postgres.PartitionNone})
 			}
 		}
 		if !slices.Contains(o.transports, transportNoop) && len(o.transports) > 0 && o.runs("drain") {
 			// The other transports' extra cost is against the no-op
 			// publisher at their batch size.
-			drains = append(drains, drain{o.tBatch, transportNoop})
+			drains = append(drains, drain{o.tBatch, transportNoop, postgres.PartitionNone})
 		}
 		if len(drains) > 0 {
 			drains = rotate(drains, rep)
 		}
 		for _, d := range drains {
-			res, err := c.measureDrain(ctx, d.batch, d.transport, rep)
+			res, err := c.measureDrain(ctx, d.batch, d.transport, d.layout, rep)
 			if err != nil {
-				return fmt.Errorf("drain batch %d %s: %w", d.batch, d.transport, err)
+				return fmt.Errorf("drain batch %d %s %s: %w", d.batch, d.transport, layoutName(d.layout), err)
 			}
-			c.logf("drain batch %d %s rep %d: %.0f events/s, PG %.2f µs/event (%.1f µs/claim), relay %.2f µs/event, %.2f round trips/claim, WAL %.0f B/event (load %s)",
-				d.batch, d.transport, rep+1, float64(res.Events)/res.Seconds, res.PGPerEv, res.PGPerClaim, res.GoPerEv, res.TurnsPerClaim, res.WALPerEv, res.Load)
+			c.logf("drain %s batch %d %s rep %d: %.0f events/s, PG %.2f µs/event (%.1f µs/claim), relay %.2f µs/event, %.2f round trips/claim, WAL %.0f B/event (load %s)",
+				res.Layout, d.batch, d.transport, rep+1, float64(res.Events)/res.Seconds, res.PGPerEv, res.PGPerClaim, res.GoPerEv, res.TurnsPerClaim, res.WALPerEv, res.Load)
 			c.rep.Drains = append(c.rep.Drains, res)
 		}
 		for _, w := range o.wakeups {
@@ -548,6 +596,17 @@ func (c *capRun) measureAll(ctx context.Context) error {
 			}
 			c.logf("retention rep %d: %.0f + %.0f B/event kept, vacuum %.1f µs, prune %.1f µs + %.0f B WAL (%.0f FPI) per event", rep+1, rt.HeapBytes, rt.IndexBytes, rt.VacuumPGPerEv, rt.PrunePGPerEv, rt.PruneWALPerEv, rt.PruneFPIPerEv)
 			c.rep.Retention = append(c.rep.Retention, rt)
+			for _, l := range o.layouts {
+				if l == postgres.PartitionNone {
+					continue
+				}
+				pr, err := c.measureRetentionPartitioned(ctx, rep)
+				if err != nil {
+					return fmt.Errorf("retention on the %s layout: %w", layoutName(l), err)
+				}
+				c.logf("retention %s rep %d: %.0f + %.0f B/event kept, partition drop %.3f µs + %.1f B WAL (%.1f FPI) per event", pr.Layout, rep+1, pr.HeapBytes, pr.IndexBytes, pr.PrunePGPerEv, pr.PruneWALPerEv, pr.PruneFPIPerEv)
+				c.rep.Retention = append(c.rep.Retention, pr)
+			}
 		}
 		if o.saturate > 0 && o.runs("saturate") {
 			st, err := c.measureSaturation(ctx, rep)
@@ -588,15 +647,15 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 	if len(r.Write) > 0 {
 		fmt.Fprintf(w, "### Writers (business transaction: UPDATE of one account row; closed loop)\n\n| case | writers | tx/s | PG µs/tx | client µs/tx | round trips/tx | WAL outbox B/tx | WAL business B/tx | commit B/tx | FPI B/tx | load |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.Write {
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %s | %s |\n", x.Case, x.Writers, fmtNum(float64(x.Tx)/x.Seconds), fmtNum(x.PGPerTx), fmtNum(x.GoPerTx), x.TurnsPerTx,
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %.2f | %s | %s | %s | %s | %s |\n", withLayout(x.Case, x.Layout), x.Writers, fmtNum(float64(x.Tx)/x.Seconds), fmtNum(x.PGPerTx), fmtNum(x.GoPerTx), x.TurnsPerTx,
 				fmtNum(x.WALOutboxPerTx), fmtNum(x.WALOtherPerTx), fmtNum(x.WALCommitPerTx), fmtNum(x.WALFPIPerTx), x.Load)
 		}
 		fmt.Fprintln(w)
 	}
 	if len(r.Drains) > 0 {
-		fmt.Fprintf(w, "### Relay drains (a backlog, full batches; the relay in a process of its own)\n\n| batch | transport | events/s | PG µs/event | PG µs/claim | relay µs/event | round trips/claim | WAL B/event | commit B/event | FPI B/event | round ms | publish ms | transport's side µs/event | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(w, "### Relay drains (a backlog, full batches; the relay in a process of its own)\n\n| batch | transport (layout) | events/s | PG µs/event | PG µs/claim | relay µs/event | round trips/claim | WAL B/event | commit B/event | FPI B/event | round ms | publish ms | transport's side µs/event | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.Drains {
-			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %.3f | %.3f | %s | %s |\n", x.Batch, x.Transport, fmtNum(float64(x.Events)/x.Seconds), fmtNum(x.PGPerEv), fmtNum(x.PGPerClaim),
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %.2f | %s | %s | %s | %.3f | %.3f | %s | %s |\n", x.Batch, withLayout(x.Transport, x.Layout), fmtNum(float64(x.Events)/x.Seconds), fmtNum(x.PGPerEv), fmtNum(x.PGPerClaim),
 				fmtNum(x.GoPerEv), x.TurnsPerClaim, fmtNum(x.WALPerEv), fmtNum(x.WALCommitPerEv), fmtNum(x.WALFPIPerEv), x.RoundMs, x.PublishMs, fmtNum(x.OtherPerEv), x.Load)
 		}
 		fmt.Fprintln(w)
@@ -624,9 +683,9 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 		fmt.Fprintln(w)
 	}
 	if len(r.Retention) > 0 {
-		fmt.Fprintf(w, "### Retention (per published event)\n\n| events | heap B (before VACUUM) | indexes B (before) | VACUUM PG µs | VACUUM WAL B | prune PG µs | prune WAL B | prune FPI B | prune round trips | VACUUM after prune PG µs / WAL B | processed record B | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(w, "### Retention (per published event; on a partitioned layout the prune is the partition's drop)\n\n| events | heap B (before VACUUM) | indexes B (before) | VACUUM PG µs | VACUUM WAL B | prune PG µs | prune WAL B | prune FPI B | prune round trips | VACUUM after prune PG µs / WAL B | processed record B | load |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, x := range r.Retention {
-			fmt.Fprintf(w, "| %d | %s (%s) | %s (%s) | %s | %s | %s | %s | %s | %.4f | %s / %s | %s | %s |\n", x.Events, fmtNum(x.HeapBytes), fmtNum(x.HeapBytesBefore), fmtNum(x.IndexBytes), fmtNum(x.IndexBytesBefore),
+			fmt.Fprintf(w, "| %s | %s (%s) | %s (%s) | %s | %s | %s | %s | %s | %.4f | %s / %s | %s | %s |\n", withLayout(strconv.Itoa(x.Events), x.Layout), fmtNum(x.HeapBytes), fmtNum(x.HeapBytesBefore), fmtNum(x.IndexBytes), fmtNum(x.IndexBytesBefore),
 				fmtNum(x.VacuumPGPerEv), fmtNum(x.VacuumWALPerEv), fmtNum(x.PrunePGPerEv), fmtNum(x.PruneWALPerEv), fmtNum(x.PruneFPIPerEv), x.PruneTurnsPerEv, fmtNum(x.PruneVacuumPGPerEv), fmtNum(x.PruneVacuumWALPerEv), fmtNum(x.ProcessedBytes), x.Load)
 		}
 		fmt.Fprintln(w)
@@ -645,7 +704,7 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 		return
 	}
 	in := r.Inputs
-	fmt.Fprintf(w, "### Model inputs (wake-up %s; docs/SCALING.md)\n\n", r.Wakeup)
+	fmt.Fprintf(w, "### Model inputs (wake-up %s, %s layout; docs/SCALING.md)\n\n", r.Wakeup, in.Layout)
 	ten := "10 per Add not measured"
 	if in.WritePG10 > 0 {
 		ten = fmt.Sprintf("%s µs and %s B each with 10 per Add", fmtNum(in.WritePG10), fmtNum(in.WriteWAL10))
@@ -692,6 +751,14 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
+}
+
+// withLayout names a row's outbox layout when it is not the plain one.
+func withLayout(name, layout string) string {
+	if plainLayout(layout) {
+		return name
+	}
+	return name + " (" + layout + " partitions)"
 }
 
 func (r *CapacityReport) backgroundLine() string {

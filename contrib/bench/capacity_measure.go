@@ -27,25 +27,61 @@ import (
 // opened before it starts, and reports CPU time, WAL bytes and round trips
 // per event with the load average at its start.
 
-// capFirstPos is where the capacity mode's outboxes number their rows: past
-// the store's young-table threshold (postgres/plans.go), so the relay's
-// statements are prepared after its first claim, as on any outbox that
-// has a history, rather than planned per execution as on a new one.
-const capFirstPos = 1 << 20
+// capHistory is the published rows a measurement's outbox holds before it
+// starts: an outbox with a history, as in production, whose planner
+// statistics (ANALYZE) show a table of some size, and whose rows are
+// numbered past the store's young-table threshold (postgres/plans.go), so
+// the relay's statements are prepared after its first claim. An empty
+// new table instead runs them planned per execution, which costs a claim
+// a third more; and numbering a new table's rows past the threshold
+// without the history would have them prepared while the table is tiny,
+// with generic plans that scan it whole.
+func (c *capRun) capHistory() int {
+	if c.o.short {
+		return 5000
+	}
+	return 20_000
+}
 
-// capSchema creates an outbox schema whose rows are numbered from
-// capFirstPos.
-func (c *capRun) capSchema(ctx context.Context) (*schema, error) {
-	s, err := outboxSchema(ctx, c.admin)
+// capSchema creates an outbox schema with history published rows in it
+// (written, available and published a millisecond apart each, as a relay
+// that kept up leaves them), then ANALYZEs it.
+func (c *capRun) capSchema(ctx context.Context, history int) (*schema, error) {
+	return c.capSchemaLayout(ctx, history, postgres.PartitionNone)
+}
+
+// capSchemaLayout is capSchema with the outbox in layout.
+func (c *capRun) capSchemaLayout(ctx context.Context, history int, layout postgres.Partitioning) (*schema, error) {
+	s, err := createSchema(ctx, c.admin)
 	if err != nil {
 		return nil, err
 	}
 	c.schemas = append(c.schemas, s.name)
-	if _, err := c.admin.Exec(ctx, `ALTER TABLE `+s.table(postgres.DefaultTable)+` ALTER COLUMN pos RESTART WITH `+strconv.Itoa(capFirstPos)); err != nil {
+	if err := postgres.Migrate(ctx, c.admin, &postgres.MigrateConfig{Schema: s.name, Partitions: layout}); err != nil {
 		_ = s.drop()
-		return nil, fmt.Errorf("number the outbox's rows: %w", err)
+		return nil, fmt.Errorf("migrate %s: %w", s.name, err)
+	}
+	if err := c.history(ctx, s, postgres.DefaultTable, history); err != nil {
+		_ = s.drop()
+		return nil, err
 	}
 	return s, nil
+}
+
+// history writes n published rows into an outbox table and ANALYZEs it.
+func (c *capRun) history(ctx context.Context, s *schema, table string, n int) error {
+	t := s.table(table)
+	if n > 0 {
+		if _, err := c.admin.Exec(ctx, `INSERT INTO `+t+` (id, event_type, payload, created_at, available_at, published_at, attempts)
+SELECT `+uuidV7+`, 'bench', `+growthPayload+`, ts, ts, ts + interval '1 millisecond', 1
+FROM (SELECT now() - ($1::int - g) * interval '1 millisecond' AS ts FROM generate_series(1, $1::int) g) h`, n); err != nil {
+			return fmt.Errorf("the history of %s: %w", table, err)
+		}
+	}
+	if _, err := c.admin.Exec(ctx, `ANALYZE `+t); err != nil {
+		return err
+	}
+	return nil
 }
 
 // capPreload writes n pending events by COPY in transactions of
@@ -86,7 +122,9 @@ func appName(kind string, s *schema) string { return "outboxkit-capacity-" + kin
 // transactions (one UPDATE of a random account) with EventsPerTx events
 // added through Store.Add, back to back.
 type CapWrite struct {
-	Case        string  `json:"case"`
+	Case string `json:"case"`
+	// Layout is the outbox table's: plain, hourly or daily partitions.
+	Layout      string  `json:"layout,omitempty"`
 	EventsPerTx int     `json:"events_per_tx"`
 	Notify      string  `json:"notify"`
 	Writers     int     `json:"writers"`
@@ -133,9 +171,11 @@ func notifyName(m postgres.NotifyMode) string {
 	return "NotifyNone"
 }
 
-// measureWrites runs the writer cases once, in rotated order.
-func (c *capRun) measureWrites(ctx context.Context, rep int) error {
-	s, err := c.capSchema(ctx)
+// measureWrites runs the writer cases once, in rotated order; on a
+// partitioned layout only the case with one event (the business
+// transaction alone does not depend on the outbox's layout).
+func (c *capRun) measureWrites(ctx context.Context, rep int, layout postgres.Partitioning) error {
+	s, err := c.capSchemaLayout(ctx, c.capHistory(), layout)
 	if err != nil {
 		return err
 	}
@@ -147,12 +187,16 @@ INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+strconv.Ito
 	if _, err := c.admin.Exec(ctx, `VACUUM ANALYZE `+s.table("accounts")); err != nil {
 		return fmt.Errorf("business table: %w", err)
 	}
-	for _, wc := range rotate(c.writeCases(), rep) {
+	cases := c.writeCases()
+	if layout != postgres.PartitionNone {
+		cases = []capWriteCase{{"+ 1 event (Add)", 1, postgres.NotifyNone}}
+	}
+	for _, wc := range rotate(cases, rep) {
 		res, err := c.writeOnce(ctx, s, wc)
 		if err != nil {
 			return fmt.Errorf("writers %s: %w", wc.name, err)
 		}
-		res.Rep = rep + 1
+		res.Rep, res.Layout = rep+1, layoutName(layout)
 		c.logf("write %s rep %d: %.0f tx/s, PG %.1f µs/tx, WAL outbox %.0f B/tx, %.2f round trips/tx (load %s)",
 			wc.name, rep+1, float64(res.Tx)/res.Seconds, res.PGPerTx, res.WALOutboxPerTx, res.TurnsPerTx, res.Load)
 		c.rep.Write = append(c.rep.Write, res)
@@ -256,6 +300,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // through one transport: every claim full, the relay's cost per event at
 // its largest batches.
 type CapDrain struct {
+	Layout    string  `json:"layout,omitempty"`
 	Batch     int     `json:"batch"`
 	Transport string  `json:"transport"`
 	Events    int     `json:"events"`
@@ -407,9 +452,9 @@ func natsServerPID() int {
 }
 
 // measureDrain preloads a backlog and drains it with one relay process.
-func (c *capRun) measureDrain(ctx context.Context, batch int, transport string, rep int) (CapDrain, error) {
+func (c *capRun) measureDrain(ctx context.Context, batch int, transport string, layout postgres.Partitioning, rep int) (CapDrain, error) {
 	n := c.drainEvents(batch)
-	s, err := c.capSchema(ctx)
+	s, err := c.capSchemaLayout(ctx, c.capHistory(), layout)
 	if err != nil {
 		return CapDrain{}, err
 	}
@@ -473,7 +518,7 @@ func (c *capRun) measureDrain(ctx context.Context, batch int, transport string, 
 		return CapDrain{}, fmt.Errorf("drain check failed: %s", detail)
 	}
 	claims := max(res.Claims-res.EmptyClaims, 1)
-	d := CapDrain{Batch: batch, Transport: transport, Events: n, Seconds: res.Seconds,
+	d := CapDrain{Layout: layoutName(layout), Batch: batch, Transport: transport, Events: n, Seconds: res.Seconds,
 		PGPerEv: us(pg) / float64(n), GoPerEv: res.CPUSeconds * 1e6 / float64(n), PGPerClaim: us(pg) / float64(claims), Claims: res.Claims,
 		TurnsPerClaim: float64(res.Turns) / float64(claims), WALPerEv: float64(wal.Outbox.Bytes) / float64(n),
 		WALCommitPerEv: float64(wal.Commit.Bytes) / float64(n), WALFPIPerEv: float64(wal.total().FPI) / float64(n),
@@ -498,7 +543,7 @@ type CapEmpty struct {
 }
 
 func (c *capRun) measureEmpty(ctx context.Context, rep int) (CapEmpty, error) {
-	s, err := c.capSchema(ctx)
+	s, err := c.capSchema(ctx, c.capHistory())
 	if err != nil {
 		return CapEmpty{}, err
 	}
@@ -602,7 +647,7 @@ func (c *capRun) measurePaced(ctx context.Context, wakeup string, rate int, rep 
 		return CapPaced{}, fmt.Errorf("unknown wake-up %q (wal, listen, poll)", wakeup)
 	}
 	n := int(float64(rate) * c.o.capPacedFor.Seconds())
-	s, err := c.capSchema(ctx)
+	s, err := c.capSchema(ctx, c.capHistory())
 	if err != nil {
 		return CapPaced{}, err
 	}
@@ -758,8 +803,10 @@ func (c *capRun) measureConsumers(ctx context.Context, rep int) error {
 			return fmt.Errorf("migrate %s: %w", s.name, err)
 		}
 	}
-	if _, err := c.admin.Exec(ctx, `CREATE TABLE `+s.table(consumerEffects)+` (n bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregate_id text NOT NULL, sequence bigint NOT NULL);
-ALTER TABLE `+s.table(inboxTable)+` ALTER COLUMN pos RESTART WITH `+strconv.Itoa(capFirstPos)); err != nil {
+	if _, err := c.admin.Exec(ctx, `CREATE TABLE `+s.table(consumerEffects)+` (n bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregate_id text NOT NULL, sequence bigint NOT NULL)`); err != nil {
+		return err
+	}
+	if err := c.history(ctx, s, inboxTable, c.capHistory()); err != nil {
 		return err
 	}
 	insert := `INSERT INTO ` + s.table(consumerEffects) + ` (event_id, aggregate_id, sequence) VALUES ($1, $2, $3)`
@@ -971,7 +1018,8 @@ func (c *capRun) measureInboxWorker(ctx context.Context, s *schema, table string
 // VACUUM that reclaims the dead row versions a claim and a settlement
 // leave, and the prune that deletes them at the end of the retention.
 type CapRetention struct {
-	Events int `json:"events"`
+	Layout string `json:"layout,omitempty"`
+	Events int    `json:"events"`
 	// Bytes per published event kept, before and after VACUUM (the dead
 	// versions of the claim and the settlement take space until VACUUM
 	// reclaims it), for the table and its indexes.
@@ -1002,7 +1050,7 @@ func (c *capRun) measureRetention(ctx context.Context, rep int) (CapRetention, e
 	if c.o.short {
 		n = 3000
 	}
-	s, err := c.capSchema(ctx)
+	s, err := c.capSchema(ctx, 0)
 	if err != nil {
 		return CapRetention{}, err
 	}
@@ -1130,4 +1178,96 @@ func readDirNames(dir string) ([]string, error) {
 func readFileString(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	return string(b), err
+}
+
+// layoutName is a layout's name in the report: plain, daily or hourly.
+func layoutName(l postgres.Partitioning) string {
+	if l == postgres.PartitionNone {
+		return "plain"
+	}
+	return l.String()
+}
+
+// measureRetentionPartitioned is retention on the partitioned layout:
+// published events in an hourly partition of hours ago, dropped whole by
+// Partitions.Maintain (Retention's leader does it), after a CHECKPOINT.
+func (c *capRun) measureRetentionPartitioned(ctx context.Context, rep int) (CapRetention, error) {
+	n := 20_000
+	if c.o.short {
+		n = 3000
+	}
+	s, err := c.capSchemaLayout(ctx, 0, postgres.PartitionHourly)
+	if err != nil {
+		return CapRetention{}, err
+	}
+	defer s.drop()
+	app := appName("maint", s)
+	p, err := newCapPool(ctx, c.o.dsn, 1, app)
+	if err != nil {
+		return CapRetention{}, err
+	}
+	defer p.Close()
+	parts, err := postgres.NewPartitions(p.Pool, &postgres.PartitionsConfig{Schema: s.name})
+	if err != nil {
+		return CapRetention{}, err
+	}
+	var then time.Time
+	if err := c.admin.QueryRow(ctx, `SELECT date_trunc('hour', now()) - interval '3 hours'`).Scan(&then); err != nil {
+		return CapRetention{}, err
+	}
+	if _, err := parts.Create(ctx, then, then.Add(time.Hour)); err != nil {
+		return CapRetention{}, fmt.Errorf("create the partition of %s: %w", then, err)
+	}
+	t := s.table(postgres.DefaultTable)
+	if _, err := c.admin.Exec(ctx, `INSERT INTO `+t+` (id, event_type, payload, created_at, available_at, published_at, attempts)
+SELECT `+uuidV7+`, 'bench', `+growthPayload+`, ts, ts, ts + interval '1 millisecond', 1
+FROM (SELECT $2::timestamptz + g * interval '100 microseconds' AS ts FROM generate_series(1, $1::int) g) h`, n, then); err != nil {
+		return CapRetention{}, fmt.Errorf("published rows of %s: %w", then, err)
+	}
+	var heap, idx int64
+	if err := c.admin.QueryRow(ctx, `SELECT sum(pg_relation_size(i.inhrelid)), sum(pg_indexes_size(i.inhrelid))
+FROM pg_inherits i WHERE i.inhparent = $1::regclass`, t).Scan(&heap, &idx); err != nil {
+		return CapRetention{}, err
+	}
+	if _, err := c.admin.Exec(ctx, `CHECKPOINT`); err != nil {
+		return CapRetention{}, err
+	}
+	load := loadSnapshot()
+	meter, err := newBackendMeter(ctx, c.admin, app)
+	if err != nil {
+		return CapRetention{}, err
+	}
+	lsn, err := c.wal.mark(ctx)
+	if err != nil {
+		return CapRetention{}, err
+	}
+	rtt0 := p.rtt.turns.Load()
+	rep0, err := parts.Maintain(ctx, postgres.PartitionMaintenance{PublishedBefore: then.Add(2 * time.Hour)})
+	turns := p.rtt.turns.Load() - rtt0
+	pg, _ := meter.stop(ctx)
+	if err == nil && rep0.Err != nil {
+		err = rep0.Err
+	}
+	if err != nil {
+		return CapRetention{}, fmt.Errorf("maintain: %w", err)
+	}
+	var left int64
+	if err := c.admin.QueryRow(ctx, `SELECT count(*) FROM `+t).Scan(&left); err != nil {
+		return CapRetention{}, err
+	}
+	if len(rep0.Dropped) == 0 || left != 0 {
+		return CapRetention{}, fmt.Errorf("maintain dropped %v, %d rows left", rep0.Dropped, left)
+	}
+	// The dropped partition's relations are gone: count the WAL of the
+	// schema's remaining relations and the commit records (a DROP's WAL is
+	// a handful of records whatever the partition held).
+	wal, err := c.wal.measure(ctx, lsn, []string{s.name}, []string{postgres.DefaultTable})
+	if err != nil {
+		return CapRetention{}, err
+	}
+	fn := float64(n)
+	r := CapRetention{Layout: layoutName(postgres.PartitionHourly), Events: n, Load: load, Rep: rep + 1,
+		HeapBytes: float64(heap) / fn, IndexBytes: float64(idx) / fn, HeapBytesBefore: float64(heap) / fn, IndexBytesBefore: float64(idx) / fn,
+		PrunePGPerEv: us(pg) / fn, PruneWALPerEv: float64(wal.total().Bytes) / fn, PruneFPIPerEv: float64(wal.total().FPI) / fn, PruneTurnsPerEv: float64(turns) / fn}
+	return r, nil
 }

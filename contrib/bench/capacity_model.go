@@ -94,6 +94,11 @@ type Inputs struct {
 	InboxWorkerPG float64 `json:"inbox_worker_pg_us"`
 	DedupeWAL     float64 `json:"dedupe_wal_bytes"`
 
+	// Layout is the outbox table's layout these inputs are for: "plain",
+	// "hourly" or "daily" (partitions retired whole: the table keeps up to
+	// the retention plus one period).
+	Layout string `json:"layout"`
+
 	// Background is the server's background processes' CPU (WAL writer,
 	// checkpointer, background writer) as a share of the backends' CPU;
 	// BackgroundMeasured says it was measured on a server nobody else
@@ -137,6 +142,9 @@ const DefaultBackground = 0.05
 
 // Scenario is what the model is asked.
 type Scenario struct {
+	// layout picks the inputs (buildLayoutInputs); the prediction's
+	// inputs say which they are.
+	layout   string
 	Cores    float64 `json:"cores"`
 	CPUShare float64 `json:"cpu_share"`
 	// Rate is the peak events/s to size for, AvgRate the average (WAL per
@@ -453,6 +461,12 @@ func (in *Inputs) At(s Scenario, rate float64) RatePrediction {
 	p.WALPerEvent = in.WriteWAL + in.relayWAL(bAvg) + in.VacuumWAL + in.PruneWAL + in.PruneVacuumWAL
 	p.WALGiBPerDay = avg * 86400 * p.WALPerEvent / (1 << 30)
 	p.RowsKept = avg * s.RetentionHours * 3600
+	switch in.Layout {
+	case "hourly":
+		p.RowsKept += avg * 3600 // a partition goes once all of it is past the retention
+	case "daily":
+		p.RowsKept += avg * 86400
+	}
 	p.TableGiB = p.RowsKept * (in.HeapBytes + in.IndexBytes) / (1 << 30)
 	p.TableGiBBloat = p.RowsKept * math.Max(in.BloatedBytes, in.HeapBytes+in.IndexBytes) / (1 << 30)
 	return p
@@ -553,6 +567,61 @@ func medianOf[T any](items []T, f func(T) float64) float64 {
 	return median(vals)
 }
 
+func plainLayout(l string) bool { return l == "" || l == "plain" }
+
+// buildLayoutInputs is buildInputs for the outbox table in layout ("plain",
+// "hourly", "daily"): the plain layout's inputs, with what the layout's own
+// measurements changed (writes, the relay's cost per event at the batch
+// size drained, retention by dropping partitions instead of deleting
+// rows). A daily layout was not measured: it takes the hourly one's costs.
+func buildLayoutInputs(r *CapacityReport, wakeup, layout string) (Inputs, []string) {
+	in, notes := buildInputs(r, wakeup)
+	in.Layout = "plain"
+	if plainLayout(layout) {
+		return in, notes
+	}
+	measured := "hourly"
+	var ws []CapWrite
+	for _, w := range r.Write {
+		if w.Layout == measured && w.EventsPerTx == 1 {
+			ws = append(ws, w)
+		}
+	}
+	var ds []CapDrain
+	for _, d := range r.Drains {
+		if d.Layout == measured && d.Transport == transportNoop {
+			ds = append(ds, d)
+		}
+	}
+	var rs []CapRetention
+	for _, x := range r.Retention {
+		if x.Layout == measured {
+			rs = append(rs, x)
+		}
+	}
+	if len(ws) == 0 || len(ds) == 0 || len(rs) == 0 {
+		notes = append(notes, fmt.Sprintf("the %s layout was not measured (-capacity-partitioned): the plain layout's costs stand in", layout))
+		return in, notes
+	}
+	in.Layout = layout
+	in.WritePG += medianOf(ws, func(w CapWrite) float64 { return w.PGPerTx }) - in.TxWithEventPG
+	in.TxWithEventPG = medianOf(ws, func(w CapWrite) float64 { return w.PGPerTx })
+	in.WriteWAL = medianOf(ws, func(w CapWrite) float64 { return w.WALOutboxPerTx })
+	b := float64(ds[0].Batch)
+	in.RelayEventPG += medianOf(ds, func(d CapDrain) float64 { return d.PGPerEv }) - (in.RelayEventPG + in.RelayRoundPG/b)
+	in.RelayEventWAL += medianOf(ds, func(d CapDrain) float64 { return d.WALPerEv + d.WALCommitPerEv }) - in.relayWAL(b)
+	in.RelayEventGo += medianOf(ds, func(d CapDrain) float64 { return d.GoPerEv }) - (in.RelayEventGo + in.RelayRoundGo/b)
+	// Dropping a partition replaces the prune and the VACUUM after it; the
+	// VACUUM of the claims' and settlements' dead versions stays.
+	in.PrunePG = medianOf(rs, func(x CapRetention) float64 { return x.PrunePGPerEv })
+	in.PruneWAL = medianOf(rs, func(x CapRetention) float64 { return x.PruneWALPerEv + x.PruneFPIPerEv })
+	in.PruneVacuumPG, in.PruneVacuumWAL = 0, 0
+	if measured != layout {
+		notes = append(notes, fmt.Sprintf("the %s layout takes the hourly layout's measured costs", layout))
+	}
+	return in, notes
+}
+
 // buildInputs derives the model's inputs from a report's measurements;
 // wakeup picks the paced runs whose behaviour the model uses.
 func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
@@ -561,7 +630,7 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 	byCase := func(events int, notify string) []CapWrite {
 		var out []CapWrite
 		for _, w := range r.Write {
-			if w.EventsPerTx == events && w.Notify == notify {
+			if w.EventsPerTx == events && w.Notify == notify && plainLayout(w.Layout) {
 				out = append(out, w)
 			}
 		}
@@ -589,7 +658,7 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 	// Drains through the no-op publisher, per batch size.
 	perBatch := map[int][]CapDrain{}
 	for _, d := range r.Drains {
-		if d.Transport == transportNoop {
+		if d.Transport == transportNoop && plainLayout(d.Layout) {
 			perBatch[d.Batch] = append(perBatch[d.Batch], d)
 		}
 	}
@@ -712,8 +781,13 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 	if _, ok := in.Wakeups[wakeup]; !ok {
 		notes = append(notes, fmt.Sprintf("no paced run of the %s wake-up: its behaviour below full batches is taken from another mode's, or assumed (one event and one more look per claim)", wakeup))
 	}
-	if len(r.Retention) > 0 {
-		rt := r.Retention
+	var rt []CapRetention
+	for _, x := range r.Retention {
+		if plainLayout(x.Layout) {
+			rt = append(rt, x)
+		}
+	}
+	if len(rt) > 0 {
 		in.VacuumPG = medianOf(rt, func(x CapRetention) float64 { return x.VacuumPGPerEv })
 		in.VacuumWAL = medianOf(rt, func(x CapRetention) float64 { return x.VacuumWALPerEv })
 		in.PrunePG = medianOf(rt, func(x CapRetention) float64 { return x.PrunePGPerEv })

@@ -46,7 +46,7 @@ type CapSaturation struct {
 }
 
 func (c *capRun) measureSaturation(ctx context.Context, rep int) (CapSaturation, error) {
-	s, err := c.capSchema(ctx)
+	s, err := c.capSchema(ctx, c.capHistory())
 	if err != nil {
 		return CapSaturation{}, err
 	}

@@ -47,8 +47,10 @@ type walProbe struct {
 	fn   string
 	dbID uint32
 	note string
-	// logf, when set, logs each inspection's duration.
-	logf func(format string, args ...any)
+	// logf, when set, logs each inspection's duration; with debug also
+	// the record types of each group.
+	logf  func(format string, args ...any)
+	debug bool
 }
 
 // walGroups is one window's WAL, split by what wrote it.
@@ -152,11 +154,13 @@ func (w *walProbe) close() {
 }
 
 // relFilenodes lists the relations of schemas as (filenode, group): group
-// "outbox" for the tables named in outbox (with their indexes and TOAST),
-// "other" for the rest.
+// "outbox" for the tables named in outbox (with their partitions, indexes
+// and TOAST), "other" for the rest.
 func (w *walProbe) relFilenodes(ctx context.Context, schemas, outbox []string) ([]uint32, []string, error) {
 	rows, err := w.admin.Query(ctx, `WITH t AS (
-	SELECT c.oid, c.relname = ANY($2) AS outbox FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	SELECT c.oid, c.relname = ANY($2) OR EXISTS (
+			SELECT 1 FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent WHERE i.inhrelid = c.oid AND p.relname = ANY($2)) AS outbox
+	FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 	WHERE n.nspname = ANY($1) AND c.relkind IN ('r', 'p', 'm')
 ), rel AS (
 	SELECT t.oid, t.outbox FROM t
@@ -235,6 +239,9 @@ GROUP BY 1`, from, to, toInt64s(fns), groups, "/"+strconv.FormatUint(uint64(w.db
 		return walGroups{}, fmt.Errorf("pg_walinspect: %w", err)
 	}
 	defer rows.Close()
+	if w.debug {
+		defer w.explain(ctx, from, to, fns, groups)
+	}
 	g = walGroups{Exact: true}
 	for rows.Next() {
 		var grp string
@@ -262,4 +269,27 @@ func toInt64s(v []uint32) []int64 {
 		out[i] = int64(x)
 	}
 	return out
+}
+
+// explain logs the record types of a window's groups (-v with
+// OUTBOXKIT_CAPACITY_WALDEBUG=1).
+func (w *walProbe) explain(ctx context.Context, from, to string, fns []uint32, groups []string) {
+	rows, err := w.admin.Query(ctx, `WITH rels AS (SELECT * FROM unnest($3::int8[], $4::text[]) AS x(fn, grp)),
+r AS (SELECT resource_manager AS rm, record_type AS rt, record_length AS len, strpos(block_ref, $5::text) AS p, block_ref
+	FROM `+w.fn+`($1::pg_lsn, $2::pg_lsn))
+SELECT rels.grp, rels.fn, r.rm, r.rt, count(*), sum(r.len)
+FROM r JOIN rels ON r.p > 0 AND rels.fn = NULLIF(split_part(substr(r.block_ref, r.p + length($5::text)), ' ', 1), '')::int8
+GROUP BY 1, 2, 3, 4 ORDER BY 6 DESC LIMIT 12`, from, to, toInt64s(fns), groups, "/"+strconv.FormatUint(uint64(w.dbID), 10)+"/")
+	if err != nil {
+		w.logf("explain: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var grp, rm, rt string
+		var fn, n, l int64
+		if err := rows.Scan(&grp, &fn, &rm, &rt, &n, &l); err == nil {
+			w.logf("  %s filenode %d: %s %s × %d, %d B", grp, fn, rm, rt, n, l)
+		}
+	}
 }

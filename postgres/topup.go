@@ -67,6 +67,12 @@ func mergeBatches(a, b core.Batch) core.Batch {
 		return claimKey{avail: x.ev.AvailableAt, pos: x.pos}.compare(claimKey{avail: y.ev.AvailableAt, pos: y.pos})
 	})
 	out := core.Batch{Lease: a.Lease, Events: make([]core.Event, len(rows)), PayloadsAreJSON: a.PayloadsAreJSON && b.PayloadsAreJSON}
+	// A claim that returned no rows read no expiry (it is zero): the
+	// other one's stands. A slot claim that found nothing then topped up
+	// from the whole set returned batches whose Lease.Until was zero.
+	if len(a.Events) == 0 || !b.Lease.Until.IsZero() && b.Lease.Until.Before(out.Lease.Until) {
+		out.Lease.Until = b.Lease.Until
+	}
 	refs := &rowRefs{ids: make([]core.ID, len(rows)), tids: make([]pgtype.TID, len(rows)), pos: make([]int64, len(rows))}
 	for i, r := range rows {
 		out.Events[i] = r.ev

@@ -36,6 +36,9 @@ type tableFacts struct {
 	live, dead, modSinceAnalyze  int64
 	lastVacuum, lastAutovacuum   time.Time
 	lastAnalyze, lastAutoanalyze time.Time
+	// partitioned: the outbox is the parent of the partitioned layout,
+	// whose rows, pages and statistics are its partitions'.
+	partitioned bool
 	// now is the database's clock when the facts were read.
 	now time.Time
 }
@@ -70,7 +73,7 @@ func (d *doctor) facts(ctx context.Context) (*tableFacts, error) {
 	rows, err := d.db.Query(ctx, `SELECT c.relpages::int8, c.reltuples::float8, pg_relation_size(c.oid), pg_total_relation_size(c.oid),
 	COALESCE(c.reloptions, '{}'::text[]),
 	COALESCE(s.n_live_tup, 0), COALESCE(s.n_dead_tup, 0), COALESCE(s.n_mod_since_analyze, 0),
-	s.last_vacuum, s.last_autovacuum, s.last_analyze, s.last_autoanalyze, now()
+	s.last_vacuum, s.last_autovacuum, s.last_analyze, s.last_autoanalyze, now(), c.relkind = 'p'
 FROM pg_catalog.pg_class c LEFT JOIN pg_catalog.pg_stat_all_tables s ON s.relid = c.oid
 WHERE c.oid = to_regclass($1)`, d.n.outbox)
 	if err != nil {
@@ -79,7 +82,7 @@ WHERE c.oid = to_regclass($1)`, d.n.outbox)
 	for rows.Next() {
 		found = true
 		if err := rows.Scan(&t.pages, &t.tuples, &t.size, &t.total, &opts, &t.live, &t.dead, &t.modSinceAnalyze,
-			&lv, &lav, &la, &laa, &t.now); err != nil {
+			&lv, &lav, &la, &laa, &t.now, &t.partitioned); err != nil {
 			rows.Close()
 			return nil, err
 		}
@@ -100,6 +103,10 @@ WHERE c.oid = to_regclass($1)`, d.n.outbox)
 	d.table = &t
 	return &t, nil
 }
+
+// errPartitionedReason skips a check that reads the table's own
+// statistics, which a partitioned outbox keeps per partition.
+const errPartitionedReason = "the outbox table is partitioned (MigrateConfig.Partitions): this check reads a plain table's statistics and does not look at its partitions yet"
 
 // tableObject names the outbox table in findings.
 func (d *doctor) tableObject() string { return "table " + d.n.schema + "." + d.n.table }
@@ -184,9 +191,10 @@ func (d *doctor) createStatements() map[string]string {
 }
 
 func (d *doctor) checkIndexes(ctx context.Context) ([]Finding, error) {
-	var outboxOK, processedOK bool
-	if err := d.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", d.n.outbox, d.n.processed).
-		Scan(&outboxOK, &processedOK); err != nil {
+	var outboxOK, processedOK, partitioned bool
+	if err := d.db.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL,
+	COALESCE((SELECT relkind = 'p' FROM pg_catalog.pg_class WHERE oid = to_regclass($1)), false)`, d.n.outbox, d.n.processed).
+		Scan(&outboxOK, &processedOK, &partitioned); err != nil {
 		return nil, err
 	}
 	if !outboxOK {
@@ -252,6 +260,29 @@ WHERE i.indrelid = to_regclass($1) OR i.indrelid = to_regclass($2)`, d.n.outbox,
 				why: "retention prunes processed records, and reconcile reads them, through it; without it each prune scans the table"})
 	}
 	var out []Finding
+	if partitioned {
+		// The partitioned layout keys each partition on id (a primary key
+		// on the parent would have to hold created_at): look for the
+		// partitions without one.
+		wants = wants[1:]
+		rows, err := d.db.Query(ctx, `SELECT c.relname::text FROM pg_catalog.pg_inherits i JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass($1)
+	AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_index x WHERE x.indrelid = c.oid AND x.indisprimary AND x.indisvalid)
+ORDER BY 1`, d.n.outbox)
+		if err != nil {
+			return nil, err
+		}
+		missing, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, err
+		}
+		for _, part := range missing {
+			object := "primary key of partition " + d.n.schema + "." + part
+			out = append(out, Finding{Severity: SeverityCritical, Object: object,
+				Summary: object + " is missing: events in it are settled, replayed and looked up by ID through it, and it keeps their IDs unique",
+				Fix:     "ALTER TABLE " + q(d.n.schema) + "." + q(part) + " ADD PRIMARY KEY (id)"})
+		}
+	}
 	for _, w := range wants {
 		var h *have
 		object := "primary key of " + strings.ReplaceAll(w.table, `"`, "")
@@ -620,6 +651,10 @@ func (d *doctor) checkAutovacuum(ctx context.Context) ([]Finding, error) {
 			Summary: "track_counts is off: autovacuum cannot tell which tables need vacuuming, and the statistics this report reads are empty",
 			Fix:     "ALTER SYSTEM SET track_counts = on; SELECT pg_reload_conf();"})
 	}
+	if t.partitioned {
+		// Autovacuum takes the partitions, not their parent.
+		return out, nil
+	}
 	tableOff := reloptionOff(t.options["autovacuum_enabled"])
 	if tableOff {
 		out = append(out, Finding{Severity: SeverityWarning, Object: d.tableObject(), Count: t.dead,
@@ -689,6 +724,9 @@ func (d *doctor) checkTableBloat(ctx context.Context) ([]Finding, error) {
 	t, err := d.facts(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if t.partitioned {
+		return nil, &skipError{reason: errPartitionedReason}
 	}
 	if t.dead < 1000 || float64(t.dead) < 0.2*float64(t.live) {
 		return nil, nil
@@ -761,6 +799,11 @@ func (d *doctor) checkPendingIndex(ctx context.Context) ([]Finding, error) {
 	if !exists {
 		return nil, &skipError{reason: "the pending index " + d.n.schema + "." + idxName + " does not exist (see the indexes check)"}
 	}
+	if t, err := d.facts(ctx); err != nil {
+		return nil, err
+	} else if t.partitioned {
+		return nil, &skipError{reason: errPartitionedReason}
+	}
 	var plan []byte
 	var size int64
 	err := d.inRolledBackTx(ctx, func(tx pgx.Tx) error {
@@ -827,6 +870,10 @@ func (d *doctor) checkGenericPlan(ctx context.Context) ([]Finding, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.partitioned {
+		// Its relays claim with other statements, by partition.
+		return nil, &skipError{reason: errPartitionedReason}
+	}
 	if t.size < smallTablePages*8192 {
 		// A scan of a table this small costs no more than an index; the
 		// plan that matters is the one made once it has grown.
@@ -887,6 +934,9 @@ func (d *doctor) checkStatistics(ctx context.Context) ([]Finding, error) {
 	t, err := d.facts(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if t.partitioned {
+		return nil, &skipError{reason: errPartitionedReason}
 	}
 	if t.size < smallTablePages*8192 {
 		return nil, nil

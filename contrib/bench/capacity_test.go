@@ -43,6 +43,11 @@ func TestSizing(t *testing.T) {
 	if !rep.Modelled || rep.Mode != "sizing" || !rep.Server.Local {
 		t.Fatalf("report: modelled %v, mode %q, PostgreSQL local %v; notes %q", rep.Modelled, rep.Mode, rep.Server.Local, rep.Notes)
 	}
+	// The local server's role is a superuser: the WAL must have been read
+	// record by record, not taken from the whole server's.
+	if !strings.HasPrefix(rep.Server.WAL, "WAL: pg_walinspect") {
+		t.Errorf("WAL method %q, want pg_walinspect", rep.Server.WAL)
+	}
 	for _, want := range []string{"### Prediction", "max events/s:", "at 20,000 events/s", "relays:", "WAL:", "table under 24 h retention:", "| 16 |"} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("the printed report lacks %q", want)

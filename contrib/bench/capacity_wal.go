@@ -103,11 +103,22 @@ CREATE EXTENSION IF NOT EXISTS pg_walinspect SCHEMA `+pgx.Identifier{walInspectS
 		w.note = "WAL: server-wide pg_current_wal_lsn() differences (an upper bound: other sessions' WAL included); -wal-inspect=false, and pg_walinspect is not installed"
 		return w
 	}
-	// The functions need a superuser or pg_read_server_files.
-	var lsn string
-	err := admin.QueryRow(ctx, `SELECT pg_current_wal_flush_lsn()::text`).Scan(&lsn)
+	// The functions need a superuser or pg_read_server_files. Try them on
+	// a window that surely holds a whole record: a transactional logical
+	// message, flushed by its commit. (A window ending in the middle of a
+	// record, say the last 1,024 bytes before the flush position, fails
+	// whenever a large record straddles it.)
+	var from string
+	var found int
+	err := admin.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&from)
 	if err == nil {
-		_, err = admin.Exec(ctx, `SELECT count(*) FROM `+w.fn+`(pg_current_wal_flush_lsn() - 1024, pg_current_wal_flush_lsn())`)
+		_, err = admin.Exec(ctx, `SELECT pg_logical_emit_message(true, 'outboxkit-capacity', 'probe')`)
+	}
+	if err == nil {
+		err = admin.QueryRow(ctx, `SELECT count(*) FROM `+w.fn+`($1::pg_lsn, pg_current_wal_flush_lsn()) WHERE resource_manager = 'LogicalMessage'`, from).Scan(&found)
+	}
+	if err == nil && found == 0 {
+		err = errors.New("the probe's own record was not found")
 	}
 	if err != nil {
 		w.fn = ""

@@ -356,6 +356,7 @@ func (svc *service) watch(ctx context.Context) {
 			for _, t := range svc.tenants() {
 				if up, _ := t.db.up(); up {
 					t.periodicCheck(ctx)
+					t.maybeDoctor(ctx, now)
 				}
 			}
 		}

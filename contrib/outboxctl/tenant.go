@@ -60,6 +60,9 @@ type tenant struct {
 	failures   int64
 	failedAt   time.Time
 
+	// doc holds the doctor's cheap checks (tenant_doctor.go).
+	doc doctorState
+
 	// Outcomes since the last throughput line.
 	published, failed, dead, deferred atomic.Int64
 }
@@ -301,6 +304,9 @@ type tenantStatus struct {
 	// before the first.
 	LastClaimSecondsAgo *float64 `json:"last_claim_seconds_ago,omitempty"`
 	Failures            int64    `json:"failures"`
+	// Doctor lists the warnings and critical findings of the tenant's
+	// last cheap doctor run (tenant_doctor.go); they do not affect Ready.
+	Doctor []postgres.Finding `json:"doctor,omitempty"`
 }
 
 // claimStaleAfter is how long without a successful claim makes a running
@@ -319,7 +325,7 @@ func (t *tenant) claimStaleAfter() time.Duration {
 func (t *tenant) status(now time.Time, dbUp bool) tenantStatus {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	st := tenantStatus{Database: t.db.spec.Name, Schema: t.schema, Table: t.table, State: t.state, Reason: t.reason, Failures: t.failures}
+	st := tenantStatus{Database: t.db.spec.Name, Schema: t.schema, Table: t.table, State: t.state, Reason: t.reason, Failures: t.failures, Doctor: t.doc.findings}
 	if !t.lastClaim.IsZero() {
 		ago := now.Sub(t.lastClaim).Seconds()
 		st.LastClaimSecondsAgo = &ago

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/outboxkit/outboxkit/postgres"
 )
@@ -44,6 +45,11 @@ type target struct {
 	mu       sync.Mutex
 	cached   *targetOverview
 	cachedAt int64 // monotonic nanoseconds
+
+	// The doctor's last cheap findings (doctor.go), guarded by mu.
+	doctor        []postgres.Finding
+	doctorAt      time.Time
+	doctorRunning bool
 }
 
 // Idx is the target's index in Config.Targets, its t parameter.

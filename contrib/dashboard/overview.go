@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // historyMinutes is the charts' span: the last hour, one point a minute.
@@ -71,6 +73,9 @@ type targetOverview struct {
 	Destinations     []destStats `json:"destinations"`
 	Chart            series      `json:"chart"`
 	Error            string      `json:"error,omitempty"`
+	// Doctor lists the warnings and critical findings of the table's
+	// last cheap doctor run (doctor.go).
+	Doctor []postgres.Finding `json:"doctor,omitempty"`
 	// At is the database's clock when the overview was read.
 	At     time.Time `json:"at"`
 	TookMS float64   `json:"took_ms"`
@@ -100,20 +105,29 @@ func (h *handler) readOverview(ctx context.Context) overview {
 func (t *target) overview(ctx context.Context, h *handler) *targetOverview {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	findings := t.doctorFindings()
 	if t.cached != nil && time.Since(t.cachedTime()) < overviewCacheFor {
-		return t.cached
+		return t.withDoctor(t.cached, findings)
 	}
 	ov, err := t.readOverview(ctx)
 	if err != nil {
 		h.log.Error("dashboard overview", "table", t.Label(), "err", redactText(err.Error()))
 		return &targetOverview{Index: t.idx, Label: t.Label(), Database: t.Name, Schema: t.Schema, Table: t.Table, Inbox: t.Inbox,
-			Error: "reading the table failed: " + redactText(err.Error())}
+			Error: "reading the table failed: " + redactText(err.Error()), Doctor: findings}
 	}
 	t.cached, t.cachedAt = ov, time.Now().UnixNano()
-	return ov
+	return t.withDoctor(ov, findings)
 }
 
 func (t *target) cachedTime() time.Time { return time.Unix(0, t.cachedAt) }
+
+// withDoctor is ov with the findings, as a copy: a cached overview is
+// shared by concurrent requests.
+func (t *target) withDoctor(ov *targetOverview, findings []postgres.Finding) *targetOverview {
+	c := *ov
+	c.Doctor = findings
+	return &c
+}
 
 // readOverview runs the overview's three statements at once, each on a
 // connection of its own.

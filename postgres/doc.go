@@ -262,6 +262,22 @@
 // COMMIT), and sequenced events write no processed row. OnceInOrderTx joins
 // a caller's transaction in a savepoint, as OnceTx does.
 //
+// # Diagnosis
+//
+// Reconcile answers "was every committed event applied by this
+// consumer?": for a time window it joins the published events with the
+// consumer's processed records (in the same database or another), in
+// keyset pages and bounded memory, optionally asking the transport
+// (TransportLog) what became of the missing ones, and reports applied,
+// missing past a grace period, phantoms (applied, never published) and
+// dead letters. Doctor answers "why is the outbox slow or stuck?": it
+// checks the xmin horizon, idle transactions, replication slots,
+// autovacuum, bloat, the pending index, generic plans, indexes, clock skew
+// and migrations, and says what to do about each finding. CheapChecks are
+// the catalog-only subset the relay service's /readyz and the dashboard
+// run every 30 s. outboxctl reconcile and outboxctl doctor are their
+// commands.
+//
 // # Tuning
 //
 //   - Batch size and concurrency are the relay's (core.RelayConfig). Bigger

@@ -155,6 +155,9 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 		q.slot = true
 	}
 	q.sql = s.claimText(q.part, q.slot, req.Destination != "")
+	if q.part {
+		q.args = append(q.args, fl.created) // createdfloor.go
+	}
 	return q, nil
 }
 

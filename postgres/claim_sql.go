@@ -73,10 +73,18 @@ const (
 // greatest created_at), and keeps the rows whose (partition, address) is
 // one of c's, a hashed lookup. It returns each row's created_at as
 // stored, so that Settle can be pruned the same way (rowRefs).
-const claimPartitioned = `
+//
+// Its three scans (the floor probe f, the locking c, the update) also keep
+// to the rows created from the store's created_at floor on, the claim's
+// last parameter (createdfloor.go), so the partitions of periods with
+// nothing pending are pruned as the statement starts.
+func claimPartitioned(created string) string {
+	return `
 WHERE t.ctid = ANY(ARRAY(SELECT c.tid FROM c))
+	AND t.created_at >= ` + created + `
 	AND t.created_at >= (SELECT min(c.created_at) FROM c) AND t.created_at <= (SELECT max(c.created_at) FROM c)
 	AND ((t.tableoid, t.ctid) IN (SELECT c.rel, c.tid FROM c)) IS TRUE`
+}
 
 func claimWhere(n names, ordered, byDestination bool, slot string, partitioned bool) string {
 	head := slot
@@ -92,9 +100,27 @@ func claimWhere(n names, ordered, byDestination bool, slot string, partitioned b
 				AND p.sequence < o.sequence
 				AND p.published_at IS NULL AND p.dead_at IS NULL))`
 	}
+	// The partitioned layout's created_at floor: its last parameter.
+	var created, since string
+	if partitioned {
+		// The floor is never later than now(), so LEAST changes nothing
+		// but when the partitions are pruned: now() is stable, so they
+		// are pruned as the executor starts (the others are not even
+		// opened), not when the statement is planned. Pruned at planning
+		// time, a bare parameter would make every custom plan cheaper
+		// than the generic one, and PostgreSQL would plan the claim anew
+		// at every execution; as a subquery's value it would be pruned
+		// only once every partition's scans were set up.
+		created = "LEAST($7::timestamptz, now())"
+		if byDestination {
+			created = "LEAST($8::timestamptz, now())"
+		}
+		since = `
+		AND o.created_at >= ` + created
+	}
 	locked := `FROM ` + n.outbox + ` o
 	WHERE o.published_at IS NULL AND o.dead_at IS NULL
-		AND ` + claimFloorCond + `
+		AND ` + claimFloorCond + since + `
 		AND o.available_at <= COALESCE($1::timestamptz, now())
 		AND (o.lease_until IS NULL OR o.lease_until <= COALESCE($1::timestamptz, now()))` + head + `
 		AND (SELECT ` + claimLeaseLock + `) IS NOT NULL
@@ -105,10 +131,10 @@ func claimWhere(n names, ordered, byDestination bool, slot string, partitioned b
 WHERE t.ctid = ANY(ARRAY(
 	SELECT o.ctid `+locked+`))`, ""
 	if partitioned {
-		with += `, c AS MATERIALIZED (
+		with = `WITH ` + floorProbeSince(n, "$5", "$6", created) + `, c AS MATERIALIZED (
 	SELECT o.ctid AS tid, o.tableoid AS rel, o.created_at ` + locked + `
 )`
-		where, returning = claimPartitioned, `, t.created_at`
+		where, returning = claimPartitioned(created), `, t.created_at`
 	}
 	return with + `
 UPDATE ` + n.outbox + ` t
@@ -126,10 +152,21 @@ RETURNING ` + prefixed("t.", eventColumns) + `, t.lease_until, t.pos, t.ctid, t.
 // snapshot does not see the claim's own update, so the rows it leases
 // count as pending.
 func floorProbe(n names, at, pos string) string {
+	return floorProbeSince(n, at, pos, "")
+}
+
+// floorProbeSince is floorProbe keeping to rows created from created on
+// (the partitioned layout's claim; "" for none).
+func floorProbeSince(n names, at, pos, created string) string {
+	since := ""
+	if created != "" {
+		since = `
+		AND p.created_at >= ` + created
+	}
 	return `f AS MATERIALIZED (
 	SELECT p.available_at, p.pos FROM ` + n.outbox + ` p
 	WHERE p.published_at IS NULL AND p.dead_at IS NULL
-		AND (p.available_at, p.pos) >= (` + at + `::timestamptz, ` + pos + `::int8)
+		AND (p.available_at, p.pos) >= (` + at + `::timestamptz, ` + pos + `::int8)` + since + `
 	ORDER BY p.available_at, p.pos
 	LIMIT 1
 )`

@@ -61,6 +61,9 @@ type claimFloor struct {
 	nextFull time.Time     // when to search from the beginning again
 	search   chan struct{} // closed when the search under way ends; nil if none is
 	every    time.Duration // floorFullEvery when 0 (tests set it)
+	// created is the partitioned layout's created_at floor
+	// (createdfloor.go), found by the last search; not Valid: none.
+	created pgtype.Timestamptz
 }
 
 // floorArgs is the floor one claim starts from.
@@ -69,6 +72,9 @@ type floorArgs struct {
 	pos   int64
 	full  bool      // from the beginning of the pending set
 	start time.Time // when it was handed out
+	// created is the created_at floor of the partitioned layout's claim
+	// (createdfloor.go): '-infinity' when there is none.
+	created pgtype.Timestamptz
 }
 
 // lowest is the floor at the beginning of the pending set: below every
@@ -97,14 +103,18 @@ func (s *Store) floorArgs(ctx context.Context) floorArgs {
 		var fl foundFloor
 		var partitioned bool
 		err := s.db.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos, s.n.outbox})...).Scan(&fl.at, &fl.pos, &partitioned)
+		created := lowest
 		if err == nil {
 			s.sawLayout(partitioned)
+			if partitioned {
+				created = s.createdFloor(ctx)
+			}
 		}
-		f.searched(a, fl, err == nil, time.Now())
+		f.searched(a, fl, created, err == nil, time.Now())
 		if err != nil || !fl.at.Valid {
 			return a
 		}
-		return floorArgs{at: fl.at, pos: fl.pos, start: a.start}
+		return floorArgs{at: fl.at, pos: fl.pos, start: a.start, created: created}
 	}
 }
 
@@ -117,25 +127,30 @@ func (f *claimFloor) next(now time.Time) (floorArgs, <-chan struct{}) {
 	defer f.mu.Unlock()
 	switch {
 	case f.search != nil && !f.at.Valid:
-		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now}, f.search
+		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now, created: lowest}, f.search
 	case f.search == nil && (!f.at.Valid || !now.Before(f.nextFull)):
 		f.search, f.nextFull = make(chan struct{}), now.Add(f.fullEvery())
-		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now}, nil
+		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now, created: lowest}, nil
 	}
-	return floorArgs{at: f.at, pos: f.pos, start: now}, nil
+	created := f.created
+	if !created.Valid {
+		created = lowest
+	}
+	return floorArgs{at: f.at, pos: f.pos, start: now, created: created}, nil
 }
 
 // searched records the end of a search from the beginning that started
 // as a says: the floor it found, if ok, replaces the store's (it may lie
 // below it), and the next search is due after the longer of the period
 // and floorFullShare times this one's duration.
-func (f *claimFloor) searched(a floorArgs, fl foundFloor, ok bool, now time.Time) {
+func (f *claimFloor) searched(a floorArgs, fl foundFloor, created pgtype.Timestamptz, ok bool, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextFull = a.start.Add(max(f.fullEvery(), floorFullShare*now.Sub(a.start)))
 	if ok && fl.at.Valid {
 		f.at, f.pos = fl.at, fl.pos
 	}
+	f.created = created
 	close(f.search)
 	f.search = nil
 }

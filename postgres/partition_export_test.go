@@ -16,3 +16,15 @@ func (s *Store) SetLayoutForTest(partitioned bool) { s.sawLayout(partitioned) }
 func (p Partitioning) PartitionNameForTest(table string, t time.Time) string {
 	return p.partName(table, p.start(t))
 }
+
+// CreatedFloorForTest is the created_at floor of the store's claims
+// (createdfloor.go): the zero time for '-infinity'.
+func (s *Store) CreatedFloorForTest() time.Time {
+	f := s.plans.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.created.Valid || f.created.InfinityModifier != 0 {
+		return time.Time{}
+	}
+	return f.created.Time
+}

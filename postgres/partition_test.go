@@ -275,3 +275,95 @@ func mustUUIDv4(t *testing.T) [16]byte {
 }
 
 var _ = fmt.Sprint
+
+// The claim keeps to the periods that may hold pending rows (its
+// created_at floor, found with each full floor search): the oldest period
+// with a pending row, or the current one; none with a pending row in the
+// default partition. A row made pending below the floor after the search
+// (an old event replayed) is claimed after the next search.
+func TestCreatedFloor(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionDaily)
+	ctx := ctxT(t)
+	var now time.Time
+	if err := d.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	today := now.UTC().Truncate(24 * time.Hour)
+	if _, err := d.parts.Create(ctx, today.Add(-10*24*time.Hour), today); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, d.testDB, postgres.Config{})
+	s.SetFloorFullEveryForTest(time.Hour) // searches only when the test says
+	claim := func() []core.Event {
+		t.Helper()
+		b, err := s.Claim(ctx, core.ClaimRequest{Limit: 10, LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) > 0 {
+			outcomes := make([]core.Outcome, len(b.Events))
+			for i, e := range b.Events {
+				outcomes[i] = core.Outcome{ID: e.ID, Kind: core.Published}
+			}
+			if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: outcomes}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return b.Events
+	}
+	insert := func(created time.Time, published bool) core.ID {
+		t.Helper()
+		id := core.NewID()
+		pub := "NULL"
+		if published {
+			pub = "now()"
+		}
+		d.exec(t, `INSERT INTO `+d.table("outbox_events")+` (id, event_type, payload, created_at, available_at, published_at)
+VALUES ($1, 'x', '{}', $2, now() - interval '1 minute', `+pub+`)`, id, created)
+		return id
+	}
+
+	// Nothing pending in the past: the current period.
+	old := insert(today.Add(-5*24*time.Hour), true)
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("claimed %d events, want none", len(got))
+	}
+	if got := s.CreatedFloorForTest(); !got.Equal(today) {
+		t.Fatalf("created floor %v, want today's start %v", got, today)
+	}
+	// Pending five days ago, found by the next search.
+	pending := insert(today.Add(-5*24*time.Hour+time.Hour), false)
+	s.SetFloorFullEveryForTest(time.Hour)
+	if got := claim(); len(got) != 1 || got[0].ID != pending {
+		t.Fatalf("claimed %v after a search, want the event five days old", got)
+	}
+	if got := s.CreatedFloorForTest(); !got.Equal(today.Add(-5 * 24 * time.Hour)) {
+		t.Fatalf("created floor %v, want the start of its day", got)
+	}
+	// Settled: the next search moves the floor to today again; then an
+	// old event replayed lies below it until the search after.
+	s.SetFloorFullEveryForTest(time.Hour)
+	claim()
+	if got := s.CreatedFloorForTest(); !got.Equal(today) {
+		t.Fatalf("created floor %v after the old event was settled, want today's start", got)
+	}
+	if n, err := s.Replay(ctx, core.ReplayFilter{IDs: []core.ID{old}}); err != nil || n != 1 {
+		t.Fatalf("replay = %d, %v", n, err)
+	}
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("claimed %v before the next search; the replayed event lies below the floor", got)
+	}
+	s.SetFloorFullEveryForTest(time.Hour)
+	if got := claim(); len(got) != 1 || got[0].ID != old {
+		t.Fatalf("claimed %v after the search, want the replayed event", got)
+	}
+	// A pending row in the default partition: no floor.
+	future := insert(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC), false)
+	d.exec(t, `UPDATE `+d.table("outbox_events")+` SET available_at = now() + interval '1 hour' WHERE id = $1`, future)
+	s.SetFloorFullEveryForTest(time.Hour)
+	claim()
+	if got := s.CreatedFloorForTest(); !got.IsZero() {
+		t.Fatalf("created floor %v with a pending row in the default partition, want none", got)
+	}
+}

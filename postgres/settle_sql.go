@@ -70,6 +70,14 @@ func byIDPart(partitioned bool) string {
 // them are searched. A row address is unique within a partition only; the
 // ID and token every statement matches keep a row of another partition at
 // the same address from being settled.
+//
+// PostgreSQL plans a settlement by address anew at every execution
+// whatever the layout (its custom plans, which know the number of
+// addresses, cost less than the generic one); with the bounds as plain
+// parameters it prunes the partitions while planning, so it plans for the
+// one or two partitions the lease's rows are in, however many the table
+// has. (The claim, which PostgreSQL keeps a generic plan of, prunes as it
+// runs instead: claimPartitioned.)
 func createdWithin(i int) string {
 	return `
 	AND t.created_at >= $` + strconv.Itoa(i) + `::timestamptz AND t.created_at <= $` + strconv.Itoa(i+1) + `::timestamptz`

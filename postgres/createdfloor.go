@@ -1,0 +1,87 @@
+package postgres
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The created_at floor of the partitioned layout's claim.
+//
+// A claim walks the pending index of every partition of the table (a
+// merge of one index scan per partition, and the floor probe's another),
+// and its update is planned over all of them: the more periods a table
+// keeps, the more each claim costs, although the old periods hold nothing
+// pending once their events are settled. So the claim also carries a floor
+// on created_at, the start of the oldest period that may hold a pending
+// row, and its three scans keep to the partitions from there on, pruned
+// before the statement runs (initial pruning of a prepared statement's
+// parameter: the others are not even opened).
+//
+// The floor is found with each search for the claim floor from the
+// beginning (claimfloor.go: before the first claim, then every 5 s or
+// more): the store lists the table's partitions and probes each period
+// that has ended for a pending row, one index probe each, in one
+// statement. The floor is the start of the oldest period with one, or of
+// the current period when none has; '-infinity' (no pruning) when the
+// default partition or the legacy one (partition_convert.go) holds a
+// pending row, since rows of any creation time may be there.
+//
+// What lies below it is a row made pending after the search in a period
+// that had none: written with a created_at in the past (by a foreign
+// writer, or by a transaction that began before its period ended and
+// committed after the search), or an old event replayed. Such rows wait,
+// as the rows below the claim floor do, for the next search; they are
+// never lost.
+
+// createdFloor finds the created_at floor; lowest on any failure.
+func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
+	p := &Partitions{db: s.db, n: s.n}
+	t, err := p.table(ctx, false)
+	if err != nil || t.layout == PartitionNone {
+		return lowest
+	}
+	var probes []string
+	var probed []PartitionInfo
+	for _, pi := range t.parts {
+		part := pgx.Identifier{s.n.schema, pi.Name}.Sanitize()
+		probes = append(probes, `SELECT `+strconv.Itoa(len(probed))+` AS i
+	WHERE EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL)`)
+		probed = append(probed, pi)
+	}
+	var pending []int32
+	var now time.Time
+	q := `SELECT (SELECT array_agg(x.i) FROM (` + strings.Join(probes, "\nUNION ALL ") + `) x), now()`
+	if len(probes) == 0 {
+		q = `SELECT NULL::int4[], now()`
+	}
+	if err := s.db.QueryRow(ctx, q).Scan(&pending, &now); err != nil {
+		return lowest
+	}
+	oldest := time.Time{}
+	for _, i := range pending {
+		pi := probed[i]
+		if pi.Default || pi.From.IsZero() {
+			return lowest
+		}
+		if oldest.IsZero() || pi.From.Before(oldest) {
+			oldest = pi.From
+		}
+	}
+	if !oldest.IsZero() && oldest.Before(now) {
+		return pgtype.Timestamptz{Time: oldest, Valid: true}
+	}
+	// Nothing pending before the current period: its start, the start
+	// of the one holding now() - floorLag.
+	lag := now.Add(-time.Second)
+	for _, pi := range t.parts {
+		if !pi.Default && !pi.From.IsZero() && !pi.From.After(lag) && pi.To.After(lag) {
+			return pgtype.Timestamptz{Time: pi.From, Valid: true}
+		}
+	}
+	return lowest
+}

@@ -64,6 +64,9 @@ type capConfig struct {
 	layouts []postgres.Partitioning
 }
 
+// capTransports are the transports the capacity mode drains through.
+var capTransports = []string{transportNoop, transportQStash, transportNATS, capKafka}
+
 // capPhases are the capacity mode's measurements.
 var capPhases = []string{"write", "empty", "drain", "paced", "consumer", "retention", "saturate"}
 
@@ -97,7 +100,7 @@ func registerCapacityFlags(fs *flag.FlagSet) *capFlags {
 	fs.DurationVar(&f.retention, "retention", 7*24*time.Hour, "sizing: how long published events are kept (postgres.RetentionConfig.RetainPublished)")
 	fs.StringVar(&f.wakeup, "wakeup", "", "sizing: the relays' wake-up, wal, listen or poll (default: wal where the server allows logical replication, else listen)")
 	fs.StringVar(&f.layout, "layout", "plain", "sizing: the outbox table's layout, plain, hourly or daily (partitions retired whole instead of rows pruned; measured with -capacity on the hourly layout)")
-	fs.StringVar(&f.transport, "transport", transportNoop, "sizing: the relays' transport, for their CPU and publish time: noop, qstashdev or nats (measured with -capacity-transports)")
+	fs.StringVar(&f.transport, "transport", transportNoop, "sizing: the relays' transport, for their CPU and publish time: noop, qstashdev, nats or kafka (measured with -capacity-transports)")
 	fs.Float64Var(&f.pubMs, "publish-ms", 0, "sizing: a publish's round trip in ms (a remote QStash or broker; 0: the measured local one)")
 	fs.Float64Var(&f.otherWAL, "database-wal-mib-per-s", 0, "sizing: the database's WAL besides the outbox's, MiB/s, which every relay's WAL stream decodes too")
 	fs.Float64Var(&f.relayCores, "relay-cores", 1, "sizing: cores of each relay process")
@@ -109,7 +112,7 @@ func registerCapacityFlags(fs *flag.FlagSet) *capFlags {
 	fs.StringVar(&f.batches, "capacity-batches", "", "capacity: relay batch sizes drained (default 1,10,100,500; -sizing 1,100)")
 	fs.StringVar(&f.wakeups, "capacity-wakeups", "", "capacity: wake-up modes of the paced runs, of wal, listen, poll (default all; -sizing the server's default)")
 	fs.StringVar(&f.rates, "capacity-rates", "", "capacity: events/s of the paced runs (default 500,3000; -sizing 1000)")
-	fs.StringVar(&f.transports, "capacity-transports", "", "capacity: transports drained, of noop, qstashdev, nats (default all three; -sizing noop)")
+	fs.StringVar(&f.transports, "capacity-transports", "", "capacity: transports drained, of noop, qstashdev, nats, kafka (default all; -sizing noop)")
 	fs.IntVar(&f.tBatch, "capacity-transport-batch", 100, "capacity: batch size of the qstashdev and nats drains")
 	fs.StringVar(&f.natsURL, "nats-url", "nats://127.0.0.1:4222", "capacity: NATS server with JetStream, for the nats transport")
 	fs.IntVar(&f.writers, "capacity-writers", 4, "capacity: concurrent writers and consumer callers")
@@ -157,10 +160,10 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 			return nil, fmt.Errorf("-capacity-wakeups: unknown wake-up %q (wal, listen, poll)", w)
 		}
 	}
-	c.transports = splitList(def(strings.Join([]string{transportNoop, transportQStash, transportNATS}, ","), transportNoop, f.transports))
+	c.transports = splitList(def(strings.Join(capTransports, ","), transportNoop, f.transports))
 	for _, t := range c.transports {
-		if t != transportNoop && t != transportQStash && t != transportNATS {
-			return nil, fmt.Errorf("-capacity-transports: unknown transport %q (noop, qstashdev, nats)", t)
+		if !slices.Contains(capTransports, t) {
+			return nil, fmt.Errorf("-capacity-transports: unknown transport %q (%s)", t, strings.Join(capTransports, ", "))
 		}
 	}
 	c.layouts = []postgres.Partitioning{postgres.PartitionNone}
@@ -197,8 +200,8 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 		return nil, fmt.Errorf("-wakeup %q: use wal, listen or poll", f.wakeup)
 	case f.layout != "plain" && f.layout != "hourly" && f.layout != "daily":
 		return nil, fmt.Errorf("-layout %q: use plain, hourly or daily", f.layout)
-	case f.transport != transportNoop && f.transport != transportQStash && f.transport != transportNATS:
-		return nil, fmt.Errorf("-transport %q: use noop, qstashdev or nats", f.transport)
+	case !slices.Contains(capTransports, f.transport):
+		return nil, fmt.Errorf("-transport %q: use one of %s", f.transport, strings.Join(capTransports, ", "))
 	}
 	c.scenario = Scenario{layout: f.layout, Cores: f.cores, CPUShare: f.share, Rate: f.rate, AvgRate: f.avgRate, RetentionHours: f.retention.Hours(),
 		Wakeup: f.wakeup, Transport: f.transport, PublishMs: f.pubMs, OtherWALMiBps: f.otherWAL, RelayCores: f.relayCores, Relays: f.relays, Colocated: f.colocated}
@@ -423,12 +426,13 @@ func model(rep *CapacityReport, o *capConfig) {
 	rep.PacedCheck = nil
 	for _, p := range rep.Paced {
 		ps := Scenario{Wakeup: p.Wakeup}.WithDefaults()
-		rate := float64(p.Rate)
+		rate := p.reached()
 		// The paced run's own server WAL, which its WAL sender decoded.
 		dbWAL := p.ServerWALKiB / 1024 / (float64(p.Events) / math.Max(p.Reached, 1))
 		pg, b, duty := in.relayPG(ps, rate, rate, dbWAL)
 		if p.Wakeup == "wal" && p.WakeupSeen == wakeupWAL {
-			pg += duty * in.WalsenderPerKiB * p.ServerWALKiB / float64(p.Events)
+			other := math.Max(0, p.ServerWALKiB-float64(p.Events)*in.pacedWALPerEvent(p)/1024)
+			pg += duty * (in.WalsenderPerEvent + in.WalsenderPerKiB*other/float64(p.Events))
 		}
 		rep.PacedCheck = append(rep.PacedCheck, PacedCheck{Wakeup: p.Wakeup, Rate: p.Rate, Measured: p.PGPerEv, Predicted: pg, Batch: p.EventsPerClaim, ModelB: b})
 	}
@@ -719,8 +723,8 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 				m, wc.Runs, wc.TauMs, wc.Looks, fmtNum(wc.PollRate), fmtNum(wc.RoundPG), fmtNum(wc.NotifyPG))
 		}
 	}
-	fmt.Fprintf(w, "- WAL sender: %s µs per KiB of the database's WAL it decodes, per relay\n", fmtNum(in.WalsenderPerKiB))
-	for _, t := range []string{transportQStash, transportNATS} {
+	fmt.Fprintf(w, "- WAL sender (one per relay): %s µs per event it streams, and %s µs per KiB of the database's other WAL (assumed: postgres/wal.go's figure)\n", fmtNum(in.WalsenderPerEvent), fmtNum(in.WalsenderPerKiB))
+	for _, t := range capTransports[1:] {
 		if tc, ok := in.Transports[t]; ok {
 			fmt.Fprintf(w, "- transport %s at batch %d: +%s µs relay CPU per event, publish %.2f ms per batch\n", t, in.TransportBatch, fmtNum(tc.ExtraCPU), tc.PublishMs)
 		}

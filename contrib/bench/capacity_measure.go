@@ -17,7 +17,9 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/nats-io/nats.go"
 
+	outboxkafka "github.com/outboxkit/outboxkit/adapters/kafka"
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/kafkatest"
 	"github.com/outboxkit/outboxkit/postgres"
 	"github.com/outboxkit/outboxkit/qstash/qstashdev"
 )
@@ -427,6 +429,35 @@ func (c *capRun) startTransport(ctx context.Context, kind string, n int) (*capTr
 				return fmt.Sprintf("%d of %d events in the JetStream stream", si.State.Msgs, n), si.State.Msgs == uint64(n)
 			},
 			closeFn: func() { _ = js.DeleteStream(subject); nc.Close() },
+		}, nil
+	case capKafka:
+		const partitions = 6
+		cluster, err := kafkatest.Start(3, partitions)
+		if err != nil {
+			return nil, err
+		}
+		cl, err := outboxkafka.NewClient(cluster.Seeds())
+		if err != nil {
+			cluster.Close()
+			return nil, err
+		}
+		topic := fmt.Sprintf("outboxkit-capacity-%d", time.Now().UnixNano())
+		if err := kafkatest.CreateTopic(ctx, cl, topic, partitions); err != nil {
+			cl.Close()
+			cluster.Close()
+			return nil, err
+		}
+		return &capTransport{
+			spec:  func(s *capRelaySpec) { s.KafkaSeeds, s.KafkaTopic = cluster.Seeds(), topic },
+			other: cpuTime, // the kfake brokers run in this process
+			check: func(ctx context.Context, n int) (string, bool) {
+				held, _, err := kafkatest.EndOffsets(ctx, cl, topic)
+				if err != nil {
+					return "end offsets: " + err.Error(), false
+				}
+				return fmt.Sprintf("%d of %d events in the topic", held, n), held == int64(n)
+			},
+			closeFn: func() { cl.Close(); cluster.Close() },
 		}, nil
 	}
 	return nil, fmt.Errorf("unknown transport %q", kind)

@@ -63,10 +63,12 @@ type Inputs struct {
 	// Wakeups are each wake-up mode's behaviour below full batches, from
 	// the paced runs ("wal", "listen", "poll").
 	Wakeups map[string]WakeupCost `json:"wakeups,omitempty"`
-	// WalsenderPerKiB is a WAL sender's CPU per KiB of the database's WAL
-	// it decodes (the WAL wake-up: each relay process has one, and each
-	// decodes all the database's WAL, the outbox's and everyone else's).
-	WalsenderPerKiB float64 `json:"walsender_pg_us_per_kib"`
+	// WalsenderPerEvent is a WAL sender's CPU per outbox event it streams
+	// (the WAL wake-up: each relay process has one, and each sees every
+	// event), and WalsenderPerKiB its CPU per KiB of the database's other
+	// WAL, which it decodes too.
+	WalsenderPerEvent float64 `json:"walsender_pg_us_per_event"`
+	WalsenderPerKiB   float64 `json:"walsender_pg_us_per_kib"`
 	// Transports: the relay process's CPU per event beyond the no-op
 	// publisher's, and a publish's wall time, at TransportBatch.
 	Transports     map[string]TransportCost `json:"transports,omitempty"`
@@ -134,6 +136,19 @@ type WakeupCost struct {
 	NotifyPG float64 `json:"writer_notify_pg_us"`
 	// Runs is the paced runs it comes from.
 	Runs int `json:"runs"`
+}
+
+// DefaultWalsenderPerKiB is what a WAL sender spends decoding a KiB of WAL
+// that is not the outbox's: ~3 µs, measured by postgres/wal.go's authors
+// while another job wrote 79 MiB/s (a quarter of a core per relay). The
+// capacity mode cannot measure it apart from the per-event cost on a
+// server whose other WAL it does not control.
+const DefaultWalsenderPerKiB = 3.0
+
+// pacedWALPerEvent is the outbox's own WAL per event of a paced run: the
+// write's and the relay's at the run's events per claim.
+func (in *Inputs) pacedWALPerEvent(p CapPaced) float64 {
+	return in.WriteWAL + in.relayWAL(math.Max(1, p.EventsPerClaim))
 }
 
 // DefaultBackground is the background share assumed when it could not be
@@ -420,7 +435,7 @@ func (in *Inputs) At(s Scenario, rate float64) RatePrediction {
 		// Every relay's WAL sender decodes all of the database's WAL,
 		// while its stream runs.
 		if rate > 0 {
-			p.WalsenderPG = float64(p.Relays) * duty * in.WalsenderPerKiB * dbWAL * 1024 / rate
+			p.WalsenderPG = float64(p.Relays) * duty * (in.WalsenderPerEvent + in.WalsenderPerKiB*s.OtherWALMiBps*1024/rate)
 		}
 		p.WalSenders = p.Relays
 		p.StreamDuty = duty
@@ -569,6 +584,15 @@ func medianOf[T any](items []T, f func(T) float64) float64 {
 
 func plainLayout(l string) bool { return l == "" || l == "plain" }
 
+// reached is the rate a paced run's writers kept (the one asked for when
+// it was not recorded).
+func (p CapPaced) reached() float64 {
+	if p.Reached > 0 {
+		return p.Reached
+	}
+	return float64(p.Rate)
+}
+
 // buildLayoutInputs is buildInputs for the outbox table in layout ("plain",
 // "hourly", "daily"): the plain layout's inputs, with what the layout's own
 // measurements changed (writes, the relay's cost per event at the batch
@@ -699,7 +723,7 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 		}
 		in.TransportBatch = d.Batch
 	}
-	for _, tname := range []string{transportQStash, transportNATS} {
+	for _, tname := range capTransports[1:] {
 		var ts []CapDrain
 		for _, d := range r.Drains {
 			if d.Transport == tname {
@@ -727,7 +751,7 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 	// costs beyond its events (the rest of the relay's CPU, the WAL
 	// sender's and the empty claims' taken out).
 	in.Wakeups = map[string]WakeupCost{}
-	var kib []float64
+	var perEvent []float64
 	for _, mode := range []string{"wal", "listen", "poll"} {
 		var ps []CapPaced
 		for _, p := range r.Paced {
@@ -739,10 +763,10 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 			continue
 		}
 		w := WakeupCost{Runs: len(ps)}
-		w.TauMs = medianOf(ps, func(p CapPaced) float64 { return 1e3 * p.EventsPerClaim / float64(p.Rate) })
+		w.TauMs = medianOf(ps, func(p CapPaced) float64 { return 1e3 * p.EventsPerClaim / p.reached() })
 		found := func(p CapPaced) float64 { return math.Max(p.ClaimsPerEv-p.EmptyPerEv, 1e-9) }
 		if mode == "poll" {
-			w.PollRate = medianOf(ps, func(p CapPaced) float64 { return p.ClaimsPerEv * p.Reached })
+			w.PollRate = medianOf(ps, func(p CapPaced) float64 { return p.ClaimsPerEv * p.reached() })
 		} else {
 			w.Looks = medianOf(ps, func(p CapPaced) float64 { return p.EmptyPerEv / found(p) })
 		}
@@ -768,13 +792,18 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 		}
 		in.Wakeups[mode] = w
 		for _, p := range ps {
-			if mode == "wal" && p.WakeupSeen == wakeupWAL && p.ServerWALKiB > 0 {
-				kib = append(kib, p.WalsenderPerEv*float64(p.Events)/p.ServerWALKiB)
+			if mode == "wal" && p.WakeupSeen == wakeupWAL && p.WalsenderPerEv > 0 {
+				// What the WAL sender spent on the events it streamed:
+				// its CPU less what decoding everyone else's WAL of the
+				// window cost (a shared server writes more than the run).
+				other := math.Max(0, p.ServerWALKiB-float64(p.Events)*in.pacedWALPerEvent(p)/1024)
+				perEvent = append(perEvent, math.Max(0, p.WalsenderPerEv-DefaultWalsenderPerKiB*other/float64(p.Events)))
 			}
 		}
 	}
-	if len(kib) > 0 {
-		in.WalsenderPerKiB = median(kib)
+	in.WalsenderPerKiB = DefaultWalsenderPerKiB
+	if len(perEvent) > 0 {
+		in.WalsenderPerEvent = median(perEvent)
 	} else if wakeup == "wal" {
 		notes = append(notes, "no paced run streamed WAL: the WAL senders' cost is 0 in the model")
 	}

@@ -18,6 +18,7 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/nats-io/nats.go"
 
+	outboxkafka "github.com/outboxkit/outboxkit/adapters/kafka"
 	outboxwatermill "github.com/outboxkit/outboxkit/adapters/watermill"
 	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
@@ -42,6 +43,10 @@ const (
 	transportNoop   = "noop"
 	transportQStash = "qstashdev"
 	transportNATS   = "nats"
+	// capKafka is Kafka's protocol through adapters/kafka, to a kfake
+	// cluster in the parent process (internal/kafkatest): no Kafka broker
+	// package is available here.
+	capKafka = "kafka"
 )
 
 // capRelaySpec configures one relay process.
@@ -65,6 +70,9 @@ type capRelaySpec struct {
 	// NATS: the server and the subject (a stream covering it exists).
 	NATSURL     string `json:"nats_url,omitempty"`
 	NATSSubject string `json:"nats_subject,omitempty"`
+	// Kafka: the seed brokers and the topic (it exists).
+	KafkaSeeds []string `json:"kafka_seeds,omitempty"`
+	KafkaTopic string   `json:"kafka_topic,omitempty"`
 	// Measure: the relay starts at "go" and the measurement at a later
 	// "measure" (once the parent has seen its wake-up connection up).
 	Measure bool `json:"measure,omitempty"`
@@ -223,8 +231,23 @@ func capPublisher(spec *capRelaySpec) (core.Publisher, func(), error) {
 			return nil, nil, err
 		}
 		return p, func() { _ = wp.Close() }, nil
+	case capKafka:
+		// As outboxctl relay --transport kafka publishes: one record per
+		// event, the idempotent producer, acks from all in-sync
+		// replicas, every produce result awaited.
+		cl, err := outboxkafka.NewClient(spec.KafkaSeeds)
+		if err != nil {
+			return nil, nil, err
+		}
+		topic := spec.KafkaTopic
+		p, err := outboxkafka.NewPublisher(cl, &outboxkafka.PublisherConfig{Topic: func(core.Event) string { return topic }})
+		if err != nil {
+			cl.Close()
+			return nil, nil, err
+		}
+		return p, cl.Close, nil
 	}
-	return nil, nil, fmt.Errorf("unknown transport %q (known: %s, %s, %s)", spec.Transport, transportNoop, transportQStash, transportNATS)
+	return nil, nil, fmt.Errorf("unknown transport %q (known: %s, %s, %s, %s)", spec.Transport, transportNoop, transportQStash, transportNATS, capKafka)
 }
 
 // timedPublisher sums the time spent in Publish.

@@ -123,8 +123,8 @@ func TestModel(t *testing.T) {
 			"wal":  {TauMs: 2, Looks: 0.5, RoundPG: 400, Runs: 1},
 			"poll": {TauMs: 1, PollRate: 1000, RoundPG: 400, Runs: 1},
 		},
-		WalsenderPerKiB: 3,
-		VacuumPG:        3, PrunePG: 3, PruneVacuumPG: 3, VacuumWAL: 30, PruneWAL: 300, PruneVacuumWAL: 40,
+		WalsenderPerEvent: 20, WalsenderPerKiB: 3,
+		VacuumPG: 3, PrunePG: 3, PruneVacuumPG: 3, VacuumWAL: 30, PruneWAL: 300, PruneVacuumWAL: 40,
 		HeapBytes: 700, IndexBytes: 200, BloatedBytes: 900, Background: 0.05, BackgroundMeasured: true,
 		Transports: map[string]TransportCost{transportNoop: {}},
 	}
@@ -162,6 +162,16 @@ func TestModel(t *testing.T) {
 	}
 	if want := 5 + (400*500+40*250)/1000.0; math.Abs(pg-want) > 1e-9 {
 		t.Errorf("relay PG at 1,000/s: %v, want %v", pg, want)
+	}
+	// A WAL stream that runs costs its relay's WAL sender per event, and
+	// per KiB of the database's other WAL.
+	if at := in.At(one, 1000); at.StreamDuty != 1 || math.Abs(at.WalsenderPG-20) > 1e-9 {
+		t.Errorf("at 1,000/s, one relay: duty %v, WAL sender %v µs per event; want 1 and 20", at.StreamDuty, at.WalsenderPG)
+	}
+	other := one
+	other.OtherWALMiBps = 1
+	if at := in.At(other, 1000); math.Abs(at.WalsenderPG-(20+3*1024/1000.0)) > 1e-9 {
+		t.Errorf("with 1 MiB/s of other WAL: WAL sender %v µs per event, want %v", at.WalsenderPG, 20+3*1024/1000.0)
 	}
 	// From paceFrom the claims are spaced by a µs per event per second:
 	// 3,000/s gather 9 per claim (more than the 6 of tau).

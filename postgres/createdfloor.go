@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,13 +56,21 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 	}
 	var pending []int32
 	var now time.Time
-	q := `SELECT (SELECT array_agg(x.i) FROM (` + strings.Join(probes, "\nUNION ALL ") + `) x), now()`
+	var planned []string // partitions with statistics for the planner
+	q := `SELECT (SELECT array_agg(x.i) FROM (` + strings.Join(probes, "\nUNION ALL ") + `) x), now(),
+	ARRAY(SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = to_regclass($1::text) AND c.reltuples >= $2::float4)`
 	if len(probes) == 0 {
-		q = `SELECT NULL::int4[], now()`
+		q = `SELECT NULL::int4[], now(), ARRAY[]::text[] WHERE $1::text IS NOT NULL AND $2::float4 IS NOT NULL`
 	}
-	if err := s.db.QueryRow(ctx, q).Scan(&pending, &now); err != nil {
+	minRows := float32(plannedRows)
+	if s.plannedRows != nil {
+		minRows = float32(*s.plannedRows)
+	}
+	if err := s.db.QueryRow(ctx, q, s.n.outbox, minRows).Scan(&pending, &now, &planned); err != nil {
 		return lowest
 	}
+	s.sawCurrent(t.parts, now, planned)
 	oldest := time.Time{}
 	for _, i := range pending {
 		pi := probed[i]
@@ -84,4 +93,32 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 		}
 	}
 	return lowest
+}
+
+// Plans of new partitions.
+//
+// PostgreSQL plans a partition it has no statistics for from its size,
+// and an empty partition (a period created ahead) is scanned whole rather
+// than by row address or index: cheaper, while it is empty. A prepared
+// claim keeps the generic plan made then until something invalidates it
+// (an ANALYZE of the partition, a partition attached or detached), so
+// with autovacuum off the current period's claims would scan its whole
+// partition as it fills. So the store plans its statements per execution
+// (as on a young table, plans.go) while the partition of the current
+// period has no statistics of plannedRows rows or more: ANALYZE (run by
+// the retention leader, Partitions.Maintain, or by autovacuum) gives it
+// those, and invalidates every plan made before.
+const plannedRows = 1000
+
+// sawCurrent notes whether the current period's partition (the one
+// holding now - floorLag) has statistics: planned names those that have.
+func (s *Store) sawCurrent(parts []PartitionInfo, now time.Time, planned []string) {
+	lag := now.Add(-time.Second)
+	for _, pi := range parts {
+		if !pi.Default && !pi.From.IsZero() && !pi.From.After(lag) && pi.To.After(lag) {
+			s.partYoung.Store(!slices.Contains(planned, pi.Name))
+			return
+		}
+	}
+	s.partYoung.Store(false) // no partition for now: rows go to the default one
 }

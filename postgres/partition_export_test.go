@@ -28,3 +28,11 @@ func (s *Store) CreatedFloorForTest() time.Time {
 	}
 	return f.created.Time
 }
+
+// SetPlannedRowsForTest sets the statistics a current period's partition
+// needs before the store prepares its statements (createdfloor.go).
+func (s *Store) SetPlannedRowsForTest(n int) { s.plannedRows = &n }
+
+// PartitionYoungForTest is whether the store plans per execution because
+// the current period's partition has no statistics.
+func (s *Store) PartitionYoungForTest() bool { return s.partYoung.Load() }

@@ -367,3 +367,40 @@ VALUES ($1, 'x', '{}', $2, now() - interval '1 minute', `+pub+`)`, id, created)
 		t.Fatalf("created floor %v with a pending row in the default partition, want none", got)
 	}
 }
+
+// The store plans its statements per execution while the current
+// period's partition has no statistics, which the retention leader gives
+// it once it holds rows (a plan made while it was empty would scan it
+// whole as it fills).
+func TestPartitionStatisticsEndPlanning(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionHourly)
+	ctx := ctxT(t)
+	s := newStore(t, d.testDB, postgres.Config{})
+	s.SetGrownForTest()
+	if _, err := s.Claim(ctx, core.ClaimRequest{Limit: 1, LeaseFor: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.PartitionYoungForTest() {
+		t.Fatal("the store prepares its statements although the current partition has no statistics")
+	}
+	rep, err := d.parts.Maintain(ctx, postgres.PartitionMaintenance{})
+	if err != nil || len(rep.Analyzed) != 0 {
+		t.Fatalf("Maintain on an empty partition: analyzed %v, %v; want nothing (it is empty)", rep.Analyzed, err)
+	}
+	d.exec(t, `INSERT INTO `+d.table("outbox_events")+` (event_type, payload, published_at) SELECT 'x', '{}', now() FROM generate_series(1, 1500)`)
+	waitFor(t, 20*time.Second, "the inserts in pg_stat_user_tables", func() bool {
+		rep, err = d.parts.Maintain(ctx, postgres.PartitionMaintenance{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rep.Analyzed) > 0
+	})
+	s.SetFloorFullEveryForTest(time.Hour) // the next claim searches, and reads the statistics
+	if _, err := s.Claim(ctx, core.ClaimRequest{Limit: 1, LeaseFor: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if s.PartitionYoungForTest() {
+		t.Fatalf("the store still plans per execution after %v was analyzed", rep.Analyzed)
+	}
+}

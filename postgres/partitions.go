@@ -152,6 +152,9 @@ type PartitionReport struct {
 	Outbox, Processed Partitioning
 	// Created and Dropped name the partitions created and dropped.
 	Created, Dropped []string
+	// Analyzed names the partitions given their first statistics (see
+	// analyzeCurrent).
+	Analyzed []string
 	// DeadLettersMoved counts the dead letters moved out of dropped
 	// partitions into the default partition.
 	DeadLettersMoved int64
@@ -459,6 +462,12 @@ func (p *Partitions) Maintain(ctx context.Context, req PartitionMaintenance) (Pa
 				t.parts = append(t.parts, PartitionInfo{Table: t.name, Name: c[0], From: lo, To: lo.Add(t.layout.period())})
 			}
 		}
+		if a, err := p.analyzeCurrent(ctx, t, now); err != nil {
+			rep.fail(err)
+			p.log.WarnContext(ctx, "could not analyze the current period's partition; trying again at the next pass", "error", err)
+		} else if a != "" {
+			rep.Analyzed = append(rep.Analyzed, a)
+		}
 		before := req.PublishedBefore
 		if processed {
 			before = req.ProcessedBefore
@@ -574,4 +583,35 @@ func partitionPruneProcessedSQL(part string) string {
 	return `DELETE FROM ` + part + ` t USING (
 SELECT consumer, event_id FROM ` + part + ` WHERE processed_at < $1 ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED
 ) v WHERE t.consumer = v.consumer AND t.event_id = v.event_id`
+}
+
+// analyzeCurrent runs ANALYZE on the current period's partition of t once
+// it holds plannedRows rows or more while its statistics say fewer (it was
+// created empty, ahead of its period), and returns its name if it did.
+// Autovacuum does the same where it runs; where it does not, a prepared
+// statement's plan made while the partition was empty would scan it whole
+// as it fills (createdfloor.go), and the relays' stores plan every
+// statement anew until it is done. ANALYZE samples the partition (30,000
+// rows at most), and invalidates the plans made before.
+func (p *Partitions) analyzeCurrent(ctx context.Context, t partTable, now time.Time) (string, error) {
+	var cur *PartitionInfo
+	for i, pi := range t.parts {
+		if !pi.Default && !pi.From.IsZero() && !pi.From.After(now) && pi.To.After(now) {
+			cur = &t.parts[i]
+		}
+	}
+	if cur == nil {
+		return "", nil
+	}
+	part := pgx.Identifier{p.n.schema, cur.Name}.Sanitize()
+	var due bool
+	err := p.db.QueryRow(ctx, `SELECT c.reltuples < $2 AND COALESCE(s.n_mod_since_analyze, 0) >= $2
+FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid WHERE c.oid = $1::regclass`, part, float32(plannedRows)).Scan(&due)
+	if err != nil || !due {
+		return "", err
+	}
+	if _, err := p.db.Exec(ctx, "ANALYZE "+part); err != nil {
+		return "", err
+	}
+	return cur.Name, nil
 }

@@ -75,9 +75,11 @@ func (s *Store) relayArgs(args []any) []any {
 	return append([]any{s.plans.young}, args...)
 }
 
-// planning is whether the relay's statements are planned per execution.
+// planning is whether the relay's statements are planned per execution:
+// while the table is young, and on the partitioned layout while the
+// current period's partition has no statistics (createdfloor.go).
 func (s *Store) planning() bool {
-	return s.plans.young != 0 && !s.grown.Load()
+	return s.plans.young != 0 && (!s.grown.Load() || s.partYoung.Load())
 }
 
 // sawPositions notes the insertion positions a claim returned.

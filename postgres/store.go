@@ -58,6 +58,12 @@ type Store struct {
 	// or planned per execution (plans.go).
 	plans planMode
 	grown atomic.Bool
+	// partYoung: the current period's partition has no statistics yet
+	// (createdfloor.go), so the relay's statements are planned per
+	// execution.
+	partYoung atomic.Bool
+	// plannedRows replaces plannedRows when set (tests).
+	plannedRows *int
 
 	// notifier sends Notify's after-commit wake-ups.
 	notifier afterCommit

@@ -159,6 +159,8 @@ func (b *bench) partitionRatios() {
 			what := fmt.Sprintf("drain batch=%d", batch)
 			q := r.ratioOf("partitions", "retained / empty ("+sys+")", "events/s", b.partitionCase(what, stateRetained), sys, b.partitionCase(what, stateEmpty), sys)
 			r.target(fmt.Sprintf("partitions: drain batch=%d, %s, retained / empty ≥ 0.95", batch, sys), ratioMedian(q), q != nil, ">=", 0.95, "×")
+			// The figure a busy machine moves least.
+			r.ratioOf("partitions", "retained / empty ("+sys+"), PG CPU per event", "PG CPU µs/event", b.partitionCase(what, stateRetained), sys, b.partitionCase(what, stateEmpty), sys)
 		}
 		what := fmt.Sprintf("latency %d/s", o.partRate)
 		for _, m := range []string{"p50 ms", "p99 ms"} {

@@ -285,6 +285,16 @@ type SaturationCheck struct {
 	PredictedObtained float64 `json:"predicted_at_obtained_cpu"`
 	Error             float64 `json:"error"`
 	ErrorObtained     float64 `json:"error_at_obtained_cpu"`
+	// The database's side alone: PostgreSQL CPU per event (backends and
+	// background processes) measured in the saturation run, and the
+	// model's at the rate it sustained. This is the part that sizes a
+	// primary; the rest of the throughput's error is the writers' and the
+	// relay's own CPU on the same cores.
+	MeasuredPG  float64 `json:"measured_pg_us_per_event"`
+	PredictedPG float64 `json:"predicted_pg_us_per_event"`
+	ErrorPG     float64 `json:"error_pg"`
+	MeasuredGo  float64 `json:"measured_go_us_per_event"`
+	PredictedGo float64 `json:"predicted_go_us_per_event"`
 }
 
 // capRun is one capacity run.
@@ -452,6 +462,13 @@ func model(rep *CapacityReport, o *capConfig) {
 		}
 		if pred > 0 {
 			pc.Error = meas/pred - 1
+		}
+		pc.MeasuredPG = medianOf(sat, func(x CapSaturation) float64 { return x.PGPerEv + x.BackgroundPerEv })
+		pc.MeasuredGo = medianOf(sat, func(x CapSaturation) float64 { return x.GoPerEv })
+		at := in.At(Scenario{Cores: cores, CPUShare: 1, Wakeup: wakeup, Relays: 1, Colocated: true}, meas)
+		pc.PredictedPG, pc.PredictedGo = at.PerEventUs-at.ColocatedGo, at.ColocatedGo
+		if pc.PredictedPG > 0 {
+			pc.ErrorPG = pc.MeasuredPG/pc.PredictedPG - 1
 		}
 		rep.SaturationCheck = pc
 	}
@@ -742,8 +759,10 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 		fmt.Fprintln(w)
 	}
 	if sc := r.SaturationCheck; sc != nil {
-		fmt.Fprintf(w, "### The model against the saturation run (its own inputs)\n\n- %.0f cores: measured %s events/s, predicted %s (error %+.1f %%); at the CPU obtained, predicted %s (error %+.1f %%)\n\n",
+		fmt.Fprintf(w, "### The model against the saturation run\n\n- %.0f cores: measured %s events/s, predicted %s (error %+.1f %%); at the CPU obtained, predicted %s (error %+.1f %%)\n",
 			sc.Cores, fmtNum(sc.Measured), fmtNum(sc.Predicted), 100*sc.Error, fmtNum(sc.PredictedObtained), 100*sc.ErrorObtained)
+		fmt.Fprintf(w, "- PostgreSQL CPU per event at the rate sustained: measured %s µs, predicted %s µs (error %+.1f %%); the writers' and the relay's own: measured %s µs, predicted %s µs\n\n",
+			fmtNum(sc.MeasuredPG), fmtNum(sc.PredictedPG), 100*sc.ErrorPG, fmtNum(sc.MeasuredGo), fmtNum(sc.PredictedGo))
 	}
 	fmt.Fprintf(w, "### Prediction\n\n")
 	writePrediction(w, r.Prediction)

@@ -165,11 +165,11 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 func (s *Store) claimText(partitioned, slot, byDestination bool) string {
 	switch {
 	case partitioned && byDestination:
-		return s.part.claimDest
+		return s.partStmts().claimDest
 	case partitioned && slot:
-		return s.part.claimSlot
+		return s.partStmts().claimSlot
 	case partitioned:
-		return s.part.claim
+		return s.partStmts().claim
 	case byDestination:
 		return s.claimDestSQL
 	case slot:

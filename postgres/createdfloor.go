@@ -50,24 +50,27 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 	var probed []PartitionInfo
 	for _, pi := range t.parts {
 		part := pgx.Identifier{s.n.schema, pi.Name}.Sanitize()
+		// In the pending index's order, so that the probe walks that
+		// index whatever the partition's statistics say (an EXISTS
+		// alone may be planned as a scan of the whole partition).
 		probes = append(probes, `SELECT `+strconv.Itoa(len(probed))+` AS i
-	WHERE EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL)`)
+	WHERE EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)`)
 		probed = append(probed, pi)
 	}
 	var pending []int32
 	var now time.Time
-	var planned []string // partitions with statistics for the planner
+	var planned []string // partitions a plan made now would not scan whole
 	q := `SELECT (SELECT array_agg(x.i) FROM (` + strings.Join(probes, "\nUNION ALL ") + `) x), now(),
 	ARRAY(SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = to_regclass($1::text) AND c.reltuples >= $2::float4)`
+		WHERE i.inhparent = to_regclass($1::text) AND (c.reltuples >= $2::float4 OR pg_relation_size(c.oid) >= $3::int8))`
 	if len(probes) == 0 {
-		q = `SELECT NULL::int4[], now(), ARRAY[]::text[] WHERE $1::text IS NOT NULL AND $2::float4 IS NOT NULL`
+		q = `SELECT NULL::int4[], now(), ARRAY[]::text[] WHERE $1::text IS NOT NULL AND $2::float4 IS NOT NULL AND $3::int8 IS NOT NULL`
 	}
 	minRows := float32(plannedRows)
 	if s.plannedRows != nil {
 		minRows = float32(*s.plannedRows)
 	}
-	if err := s.db.QueryRow(ctx, q, s.n.outbox, minRows).Scan(&pending, &now, &planned); err != nil {
+	if err := s.db.QueryRow(ctx, q, s.n.outbox, minRows, int64(plannedPages)*8192).Scan(&pending, &now, &planned); err != nil {
 		return lowest
 	}
 	s.sawCurrent(t.parts, now, planned)
@@ -103,22 +106,64 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 // claim keeps the generic plan made then until something invalidates it
 // (an ANALYZE of the partition, a partition attached or detached), so
 // with autovacuum off the current period's claims would scan its whole
-// partition as it fills. So the store plans its statements per execution
-// (as on a young table, plans.go) while the partition of the current
-// period has no statistics of plannedRows rows or more: ANALYZE (run by
-// the retention leader, Partitions.Maintain, or by autovacuum) gives it
-// those, and invalidates every plan made before.
-const plannedRows = 1000
+// partition as it fills. Two things prevent it. The store's statements
+// carry the current period in a comment, so each period's are prepared
+// anew: their plans are made in the period, never before it. And while
+// the current period's partition is small (under plannedPages pages) and
+// has no statistics of plannedRows rows or more, the store plans its
+// statements per execution (as on a young table, plans.go), so the plans
+// prepared for the period are made once the partition has the size that
+// makes PostgreSQL reach its rows by address and index. The retention
+// leader also gives the partition statistics (Partitions.Maintain), as
+// autovacuum does where it runs.
+const (
+	plannedRows  = 1000
+	plannedPages = 64
+)
 
-// sawCurrent notes whether the current period's partition (the one
-// holding now - floorLag) has statistics: planned names those that have.
+// sawCurrent notes the current period (the partition holding now -
+// floorLag) and whether a plan made now would reach its rows by address
+// and index: planned names the partitions for which it would.
 func (s *Store) sawCurrent(parts []PartitionInfo, now time.Time, planned []string) {
 	lag := now.Add(-time.Second)
 	for _, pi := range parts {
 		if !pi.Default && !pi.From.IsZero() && !pi.From.After(lag) && pi.To.After(lag) {
 			s.partYoung.Store(!slices.Contains(planned, pi.Name))
+			s.setPeriod(pi.Name)
 			return
 		}
 	}
 	s.partYoung.Store(false) // no partition for now: rows go to the default one
+}
+
+// periodSQL is the partitioned layout's statements for one period: the
+// same texts, commented with the period's partition, so that pgx
+// prepares them anew, and PostgreSQL plans them anew, for each period.
+type periodSQL struct {
+	period string
+	sql    partSQL
+}
+
+// partStmts is the partitioned layout's statements for the current
+// period (the untagged ones until the store has seen one).
+func (s *Store) partStmts() *partSQL {
+	if p := s.partNow.Load(); p != nil {
+		return &p.sql
+	}
+	return &s.part
+}
+
+// setPeriod makes the statements of the period whose partition is named
+// current the store's.
+func (s *Store) setPeriod(current string) {
+	if p := s.partNow.Load(); p != nil && p.period == current {
+		return
+	}
+	tag := "/* outboxkit: " + current + " */\n"
+	b := s.part
+	for _, q := range []*string{&b.claim, &b.claimDest, &b.claimSlot, &b.settle, &b.publish, &b.delete, &b.settleDelete, &b.prune,
+		&b.byTID.settle, &b.byTID.publish, &b.byTID.delete, &b.byTID.settleDelete} {
+		*q = tag + *q
+	}
+	s.partNow.Store(&periodSQL{period: current, sql: b})
 }

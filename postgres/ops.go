@@ -58,7 +58,7 @@ func (s *Store) Prune(ctx context.Context, req core.PruneRequest) (int64, error)
 	s.knownLayout(ctx)
 	sql := s.pruneSQL
 	if s.partitioned() {
-		sql = s.part.prune
+		sql = s.partStmts().prune
 	}
 	var total int64
 	for {

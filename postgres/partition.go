@@ -117,6 +117,13 @@ func DefaultPartitionsAhead(p Partitioning) int {
 	return 2
 }
 
+// PartitionName is the name of the partition of table (an outbox table's
+// name, or "<table>_processed") that holds time t: the creation time of an
+// outbox event, the time a processed record's event ID starts with.
+func (p Partitioning) PartitionName(table string, t time.Time) string {
+	return p.partName(table, p.start(t))
+}
+
 // partName is the name of the partition starting at lo of table (the
 // outbox table's name, or "<table>_processed").
 func (p Partitioning) partName(table string, lo time.Time) string {

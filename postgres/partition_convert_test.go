@@ -123,7 +123,7 @@ SELECT 'poison', '{}', now() - interval '1 day', now() - interval '1 day', 5, 'p
 	if err := addTx(ctx, writer, d.pool, e); err != nil {
 		t.Fatal(err)
 	}
-	if p := d.partitionOf(t, e.ID); p != d.regclass(postgres.PartitionHourly.PartitionNameForTest("outbox_events", rep.CutOver)) {
+	if p := d.partitionOf(t, e.ID); p != d.regclass(postgres.PartitionHourly.PartitionName("outbox_events", rep.CutOver)) {
 		t.Fatalf("event created after the cut-over is in %s", p)
 	}
 	waitFor(t, 10*time.Second, "the event after the cut-over relayed", func() bool { return count(t, plain, "event_type = 'after' AND published_at IS NOT NULL") == 1 })

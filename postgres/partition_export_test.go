@@ -12,11 +12,6 @@ func (s *Store) PartitionedForTest() bool { return s.partitioned() }
 // plain until its next search for the claim floor from the beginning.
 func (s *Store) SetLayoutForTest(partitioned bool) { s.sawLayout(partitioned) }
 
-// PartitionNameForTest is the name of the partition of table holding t.
-func (p Partitioning) PartitionNameForTest(table string, t time.Time) string {
-	return p.partName(table, p.start(t))
-}
-
 // CreatedFloorForTest is the created_at floor of the store's claims
 // (createdfloor.go): the zero time for '-infinity'.
 func (s *Store) CreatedFloorForTest() time.Time {

@@ -72,7 +72,7 @@ VALUES ('retention.test', '{}', now() - interval '60 days', now() - interval '60
 	}
 	after := d.partitionNames(t)
 	day := func(ago int) string {
-		return postgres.PartitionDaily.PartitionNameForTest("outbox_events", now.Add(-time.Duration(ago)*24*time.Hour))
+		return postgres.PartitionDaily.PartitionName("outbox_events", now.Add(-time.Duration(ago)*24*time.Hour))
 	}
 	for _, ago := range []int{91, 61, 9} {
 		if !before[day(ago)] || after[day(ago)] {
@@ -132,8 +132,8 @@ func TestPartitionMaintenanceLockTimeout(t *testing.T) {
 	if _, err := d.parts.Create(ctx, now.Add(-3*time.Hour), now); err != nil {
 		t.Fatal(err)
 	}
-	old := postgres.PartitionHourly.PartitionNameForTest("outbox_events", now.Add(-3*time.Hour))
-	ahead := postgres.PartitionHourly.PartitionNameForTest("outbox_events", now.Add(3*time.Hour))
+	old := postgres.PartitionHourly.PartitionName("outbox_events", now.Add(-3*time.Hour))
+	ahead := postgres.PartitionHourly.PartitionName("outbox_events", now.Add(3*time.Hour))
 	d.exec(t, "DROP TABLE "+d.table(ahead))
 
 	// A writer's transaction, open: it holds the table's ROW EXCLUSIVE

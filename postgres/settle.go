@@ -111,7 +111,7 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 	byTID, byID := s.byTID, s.settleTexts()
 	var bounds []any
 	if q.byTID && refs.created.lo.Valid {
-		byTID, bounds = s.part.byTID, []any{refs.created.lo, refs.created.hi}
+		byTID, bounds = s.partStmts().byTID, []any{refs.created.lo, refs.created.hi}
 	}
 	switch {
 	case allPublished && s.cfg.DeletePublished && q.byTID:
@@ -185,7 +185,7 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 // settleTexts is the settlements by ID for the table's layout.
 func (s *Store) settleTexts() tidSQL {
 	if s.partitioned() {
-		return tidSQL{settle: s.part.settle, publish: s.part.publish, delete: s.part.delete, settleDelete: s.part.settleDelete}
+		return tidSQL{settle: s.partStmts().settle, publish: s.partStmts().publish, delete: s.partStmts().delete, settleDelete: s.partStmts().settleDelete}
 	}
 	return tidSQL{settle: s.settleSQL, publish: s.publishSQL, delete: s.deleteSQL, settleDelete: s.settleDeleteSQL}
 }

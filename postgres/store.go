@@ -48,9 +48,11 @@ type Store struct {
 	// releaseSQL gives back what a failed claim leased (abandon.go).
 	releaseSQL string
 	// part holds the same statements for the partitioned layout, and
-	// layout is the table's as the store last saw it (layout.go).
-	part   partSQL
-	layout atomic.Int32
+	// layout is the table's as the store last saw it (layout.go);
+	// partNow is part as the current period runs them (createdfloor.go).
+	part    partSQL
+	partNow atomic.Pointer[periodSQL]
+	layout  atomic.Int32
 	// backlog is whether the last claim through this store came back
 	// full: the next one then claims by slot.
 	backlog atomic.Bool

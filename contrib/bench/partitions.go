@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -306,9 +307,9 @@ func (b *bench) retireDay(ctx context.Context, layout postgres.Partitioning) (re
 		return retireResult{}, err
 	}
 	day := now.UTC().Truncate(24 * time.Hour).Add(-8 * 24 * time.Hour)
-	var parts *postgres.Partitions
 	if layout != postgres.PartitionNone {
-		if parts, err = postgres.NewPartitions(s.pool, &postgres.PartitionsConfig{Schema: s.name}); err != nil {
+		parts, err := postgres.NewPartitions(s.pool, &postgres.PartitionsConfig{Schema: s.name})
+		if err != nil {
 			return retireResult{}, err
 		}
 		if _, err := parts.Create(ctx, day, day.Add(time.Hour)); err != nil {
@@ -318,7 +319,7 @@ func (b *bench) retireDay(ctx context.Context, layout postgres.Partitioning) (re
 	t := s.table(postgres.DefaultTable)
 	if _, err := s.pool.Exec(ctx, `INSERT INTO `+t+` (id, event_type, payload, created_at, available_at, published_at, attempts)
 SELECT `+uuidV7+`, 'bench', `+growthPayload+`, ts, ts, ts + interval '1 millisecond', 1
-FROM (SELECT $2::timestamptz + g * (interval '1 day' / ($1::int + 1)) AS ts FROM generate_series(1, $1::int) g) h`, n, day); err != nil {
+FROM (SELECT $2::timestamptz + (g - 1) * (interval '1 day' / $1::int) AS ts FROM generate_series(1, $1::int) g) h`, n, day); err != nil {
 		return retireResult{}, fmt.Errorf("seed the day: %w", err)
 	}
 	if _, err := s.pool.Exec(ctx, `INSERT INTO `+t+` (event_type, payload, created_at, available_at, dead_at, attempts, last_error)
@@ -330,7 +331,6 @@ SELECT 'bench', '{}', $1::timestamptz + interval '1 hour', $1::timestamptz, $1::
 			return retireResult{}, err
 		}
 	}
-	before := now.Add(-postgres.DefaultRetainPublished)
 	// The retirement runs on connections of its own, closed before the
 	// dead rows are read: a backend's statistics reach
 	// pg_stat_user_tables when it exits, at the latest.
@@ -343,34 +343,28 @@ SELECT 'bench', '{}', $1::timestamptz + interval '1 hour', $1::timestamptz, $1::
 	if err != nil {
 		return retireResult{}, err
 	}
-	if parts != nil {
-		if parts, err = postgres.NewPartitions(op, &postgres.PartitionsConfig{Schema: s.name}); err != nil {
-			return retireResult{}, err
-		}
-	}
 	var res retireResult
+	// What a Retention pass of the leader does, without the pause between
+	// batches (BatchPause 100 ms by default: 1,000,000 rows would take
+	// 100 s of pauses on the plain layout).
+	ret, err := postgres.NewRetention(op, &postgres.RetentionConfig{Schema: s.name, Holder: "bench", BatchPause: -1, RetainProcessed: postgres.RetainForever})
+	if err != nil {
+		return retireResult{}, err
+	}
 	start := time.Now()
+	pass, err := ret.RunOnce(ctx)
+	res.seconds = time.Since(start).Seconds()
+	if err != nil {
+		return retireResult{}, err
+	}
+	var ok bool
 	var detail string
-	ok := false
 	if layout == postgres.PartitionNone {
-		store, err := postgres.New(op, &postgres.Config{Schema: s.name, Notify: postgres.NotifyOff, Wakeup: postgres.WakeupPoll})
-		if err != nil {
-			return retireResult{}, err
-		}
-		deleted, err := store.Prune(ctx, core.PruneRequest{PublishedBefore: before, BatchSize: 1000})
-		if err != nil {
-			return retireResult{}, err
-		}
-		res.seconds = time.Since(start).Seconds()
-		ok, detail = deleted == int64(n), fmt.Sprintf("deleted %d of %d rows in batches of 1,000", deleted, n)
+		ok, detail = pass.PublishedDeleted == int64(n), fmt.Sprintf("deleted %d of %d rows in batches of 1,000", pass.PublishedDeleted, n)
 	} else {
-		rep, err := parts.Maintain(ctx, postgres.PartitionMaintenance{PublishedBefore: before})
-		if err != nil {
-			return retireResult{}, err
-		}
-		res.seconds = time.Since(start).Seconds()
-		ok, detail = len(rep.Dropped) == 1 && rep.DeadLettersMoved == 100 && rep.Failed == 0,
-			fmt.Sprintf("dropped %v, moved %d dead letters, %d changes failed", rep.Dropped, rep.DeadLettersMoved, rep.Failed)
+		rep := pass.Partitions
+		ok, detail = slices.Contains(rep.Dropped, postgres.PartitionDaily.PartitionName(postgres.DefaultTable, day)) && rep.DeadLettersMoved == 100 && rep.Failed == 0 && pass.PublishedDeleted == 0,
+			fmt.Sprintf("dropped %v, moved %d dead letters, deleted %d rows, %d changes failed", rep.Dropped, rep.DeadLettersMoved, pass.PublishedDeleted, rep.Failed)
 	}
 	op.Close()
 	if err := waitGone(ctx, s.pool, pids); err != nil {

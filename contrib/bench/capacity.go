@@ -442,7 +442,8 @@ func model(rep *CapacityReport, o *capConfig) {
 		pg, b, duty := in.relayPG(ps, rate, rate, dbWAL)
 		if p.Wakeup == "wal" && p.WakeupSeen == wakeupWAL {
 			other := math.Max(0, p.ServerWALKiB-float64(p.Events)*in.pacedWALPerEvent(p)/1024)
-			pg += duty * (in.WalsenderPerEvent + in.WalsenderPerKiB*other/float64(p.Events))
+			secs := float64(p.Events) / rate
+			pg += duty * in.walsenderAt(rate, other/secs)
 		}
 		rep.PacedCheck = append(rep.PacedCheck, PacedCheck{Wakeup: p.Wakeup, Rate: p.Rate, Measured: p.PGPerEv, Predicted: pg, Batch: p.EventsPerClaim, ModelB: b})
 	}
@@ -736,11 +737,11 @@ func (r *CapacityReport) writeText(w io.Writer, o *capConfig) {
 		fmtNum(in.RelayEventPG), fmtNum(in.RelayRoundPG), 100*in.RelayFitError, fmtNum(in.RelayEventGo), fmtNum(in.RelayRoundGo), fmtNum(in.RelayEventWAL), fmtNum(in.RelayRoundWAL), in.RoundTripsFull, fmtNum(in.EmptyClaimPG))
 	for _, m := range []string{"wal", "listen", "poll"} {
 		if wc, ok := in.Wakeups[m]; ok {
-			fmt.Fprintf(w, "- wake-up %s (%d paced runs): events gather %.2f ms per claim, %.2f empty looks per claim, %s claims/s polling, %s µs per claim round not full; writers' notification %s µs per event\n",
-				m, wc.Runs, wc.TauMs, wc.Looks, fmtNum(wc.PollRate), fmtNum(wc.RoundPG), fmtNum(wc.NotifyPG))
+			fmt.Fprintf(w, "- wake-up %s (%d paced runs): below %.0f events/s events gather %.2f ms per claim, a round not full costs %s µs and %.2f empty looks; from there %.2f ms, %s µs, %.2f looks; %s claims/s polling; writers' notification %s µs per event\n",
+				m, wc.Runs, modelPaceFrom, wc.TauMsLow, fmtNum(wc.RoundPGLow), wc.LooksLow, wc.TauMs, fmtNum(wc.RoundPG), wc.Looks, fmtNum(wc.PollRate), fmtNum(wc.NotifyPG))
 		}
 	}
-	fmt.Fprintf(w, "- WAL sender (one per relay): %s µs per event it streams, and %s µs per KiB of the database's other WAL (assumed: postgres/wal.go's figure)\n", fmtNum(in.WalsenderPerEvent), fmtNum(in.WalsenderPerKiB))
+	fmt.Fprintf(w, "- WAL sender (one per relay, while its stream runs): %s µs per event it streams, %s µs a second whatever the rate, and %s µs per KiB of the database's other WAL (assumed: postgres/wal.go's figure)\n", fmtNum(in.WalsenderPerEvent), fmtNum(in.WalsenderFixed), fmtNum(in.WalsenderPerKiB))
 	for _, t := range capTransports[1:] {
 		if tc, ok := in.Transports[t]; ok {
 			fmt.Fprintf(w, "- transport %s at batch %d: +%s µs relay CPU per event, publish %.2f ms per batch\n", t, in.TransportBatch, fmtNum(tc.ExtraCPU), tc.PublishMs)

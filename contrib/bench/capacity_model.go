@@ -69,6 +69,11 @@ type Inputs struct {
 	// WAL, which it decodes too.
 	WalsenderPerEvent float64 `json:"walsender_pg_us_per_event"`
 	WalsenderPerKiB   float64 `json:"walsender_pg_us_per_kib"`
+	// WalsenderFixed is what a streaming WAL sender spends a second
+	// whatever the rate (keep-alives, the relay's status replies every
+	// tenth of a second), µs: with WalsenderPerEvent, a line fitted over
+	// the paced runs' rates when there are two or more.
+	WalsenderFixed float64 `json:"walsender_pg_us_per_second"`
 	// Transports: the relay process's CPU per event beyond the no-op
 	// publisher's, and a publish's wall time, at TransportBatch.
 	Transports     map[string]TransportCost `json:"transports,omitempty"`
@@ -121,7 +126,8 @@ type WakeupCost struct {
 	// TauMs is how long events gather before the claim that takes them,
 	// in ms (events per claim = rate × TauMs), from the wake-up's delay
 	// and the claim's own round trip.
-	TauMs float64 `json:"tau_ms"`
+	TauMs    float64 `json:"tau_ms"`
+	TauMsLow float64 `json:"tau_ms_below_pacing"`
 	// Looks are the empty claims per claim that found events (WAL,
 	// LISTEN: the relay looks once more after a round); PollRate the
 	// claims a second a polling relay makes while events flow, found or
@@ -129,8 +135,14 @@ type WakeupCost struct {
 	Looks    float64 `json:"empty_claims_per_claim"`
 	PollRate float64 `json:"claims_per_second"`
 	// RoundPG is the PostgreSQL CPU of a claim round that is not full:
-	// its claim and its settlement in two round trips, not pipelined.
-	RoundPG float64 `json:"round_pg_us"`
+	// its claim and its settlement in two round trips, not pipelined;
+	// while the relay paces its claims (from paceFrom events/s), and
+	// below (RoundPGLow, LooksLow), where each round starts from an idle
+	// wait and costs more. When only one regime was measured, both hold
+	// its figures.
+	RoundPG    float64 `json:"round_pg_us"`
+	RoundPGLow float64 `json:"round_pg_us_below_pacing"`
+	LooksLow   float64 `json:"empty_claims_per_claim_below_pacing"`
 	// NotifyPG is what the writers' notifications add per event (LISTEN
 	// only: NotifyAfterCommit).
 	NotifyPG float64 `json:"writer_notify_pg_us"`
@@ -144,6 +156,15 @@ type WakeupCost struct {
 // capacity mode cannot measure it apart from the per-event cost on a
 // server whose other WAL it does not control.
 const DefaultWalsenderPerKiB = 3.0
+
+// walsenderAt is one streaming WAL sender's CPU per event at rate events/s
+// with otherKiB KiB/s of the database's other WAL.
+func (in *Inputs) walsenderAt(rate, otherKiB float64) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	return in.WalsenderPerEvent + (in.WalsenderFixed+in.WalsenderPerKiB*otherKiB)/rate
+}
 
 // pacedWALPerEvent is the outbox's own WAL per event of a paced run: the
 // write's and the relay's at the run's events per claim.
@@ -308,7 +329,11 @@ func (in *Inputs) wakeup(mode string) WakeupCost {
 
 // batchAt is the events per claim of a relay seeing r events/s.
 func (in *Inputs) batchAt(r float64, batch int, w WakeupCost) float64 {
-	b := r * w.TauMs / 1e3
+	tau := w.TauMs
+	if r < modelPaceFrom && w.TauMsLow > 0 {
+		tau = w.TauMsLow
+	}
+	b := r * tau / 1e3
 	if r >= modelPaceFrom {
 		b = math.Max(b, r*math.Min(modelMaxPace, r*1e-6))
 	}
@@ -324,11 +349,14 @@ func (in *Inputs) relayPGMode(r float64, batch int, w WakeupCost) (pg, b float64
 		return in.RelayEventPG + in.RelayRoundPG/b, b
 	}
 	found := r / b // claims a second that find events
-	empty := w.Looks * found
+	looks, round := w.Looks, w.RoundPG
+	if r < modelPaceFrom && w.RoundPGLow > 0 {
+		looks, round = w.LooksLow, w.RoundPGLow
+	}
+	empty := looks * found
 	if w.PollRate > 0 {
 		empty = math.Max(0, w.PollRate-found)
 	}
-	round := w.RoundPG
 	if round <= 0 {
 		round = in.RelayRoundPG
 	}
@@ -438,7 +466,7 @@ func (in *Inputs) At(s Scenario, rate float64) RatePrediction {
 		// Every relay's WAL sender decodes all of the database's WAL,
 		// while its stream runs.
 		if rate > 0 {
-			p.WalsenderPG = float64(p.Relays) * duty * (in.WalsenderPerEvent + in.WalsenderPerKiB*s.OtherWALMiBps*1024/rate)
+			p.WalsenderPG = float64(p.Relays) * duty * in.walsenderAt(rate, s.OtherWALMiBps*1024)
 		}
 		p.WalSenders = p.Relays
 		p.StreamDuty = duty
@@ -574,6 +602,31 @@ func fitInverse(xs, ys []float64) (v, f, maxErr float64) {
 		}
 	}
 	return v, f, maxErr
+}
+
+// fitLine fits y = slope·x + intercept by least squares and returns the
+// slope and the intercept; with one distinct x (or a negative part, which
+// is noise around zero) all of y goes to the slope, through the origin.
+func fitLine(xs, ys []float64) (slope, intercept float64) {
+	n := float64(len(xs))
+	var sx, sy, sxx, sxy float64
+	for i := range xs {
+		sx += xs[i]
+		sy += ys[i]
+		sxx += xs[i] * xs[i]
+		sxy += xs[i] * ys[i]
+	}
+	if det := n*sxx - sx*sx; det > 1e-9*sxx*n {
+		slope = (n*sxy - sx*sy) / det
+		intercept = (sy - slope*sx) / n
+		if slope >= 0 && intercept >= 0 {
+			return slope, intercept
+		}
+	}
+	if sxx == 0 {
+		return 0, 0
+	}
+	return sxy / sxx, 0
 }
 
 // medianOf is the median of f over the items, NaN for none.
@@ -754,7 +807,7 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 	// costs beyond its events (the rest of the relay's CPU, the WAL
 	// sender's and the empty claims' taken out).
 	in.Wakeups = map[string]WakeupCost{}
-	var perEvent []float64
+	var wsRates, wsCPU []float64 // rate, and CPU per second of the WAL sender
 	for _, mode := range []string{"wal", "listen", "poll"} {
 		var ps []CapPaced
 		for _, p := range r.Paced {
@@ -766,17 +819,36 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 			continue
 		}
 		w := WakeupCost{Runs: len(ps)}
-		w.TauMs = medianOf(ps, func(p CapPaced) float64 { return 1e3 * p.EventsPerClaim / p.reached() })
+		tauOf := func(p CapPaced) float64 { return 1e3 * p.EventsPerClaim / p.reached() }
 		found := func(p CapPaced) float64 { return math.Max(p.ClaimsPerEv-p.EmptyPerEv, 1e-9) }
 		if mode == "poll" {
 			w.PollRate = medianOf(ps, func(p CapPaced) float64 { return p.ClaimsPerEv * p.reached() })
-		} else {
-			w.Looks = medianOf(ps, func(p CapPaced) float64 { return p.EmptyPerEv / found(p) })
 		}
-		w.RoundPG = medianOf(ps, func(p CapPaced) float64 {
+		roundOf := func(p CapPaced) float64 {
 			rest := p.PGPerEv - p.WalsenderPerEv - in.RelayEventPG - in.EmptyClaimPG*p.EmptyPerEv
 			return math.Max(0, rest/found(p))
-		})
+		}
+		looksOf := func(p CapPaced) float64 { return p.EmptyPerEv / found(p) }
+		var low, high []CapPaced
+		for _, p := range ps {
+			if p.reached() < modelPaceFrom {
+				low = append(low, p)
+			} else {
+				high = append(high, p)
+			}
+		}
+		switch {
+		case len(low) > 0 && len(high) > 0:
+			w.TauMs, w.TauMsLow = medianOf(high, tauOf), medianOf(low, tauOf)
+			w.RoundPG, w.RoundPGLow = medianOf(high, roundOf), medianOf(low, roundOf)
+			w.Looks, w.LooksLow = medianOf(high, looksOf), medianOf(low, looksOf)
+		default:
+			w.TauMs, w.RoundPG, w.Looks = medianOf(ps, tauOf), medianOf(ps, roundOf), medianOf(ps, looksOf)
+			w.TauMsLow, w.RoundPGLow, w.LooksLow = w.TauMs, w.RoundPG, w.Looks
+		}
+		if mode == "poll" {
+			w.Looks, w.LooksLow = 0, 0
+		}
 		if mode == "listen" {
 			// The writers' after-commit notifications: from the writer
 			// measurement, else the paced writers' against the others'.
@@ -800,13 +872,14 @@ func buildInputs(r *CapacityReport, wakeup string) (Inputs, []string) {
 				// its CPU less what decoding everyone else's WAL of the
 				// window cost (a shared server writes more than the run).
 				other := math.Max(0, p.ServerWALKiB-float64(p.Events)*in.pacedWALPerEvent(p)/1024)
-				perEvent = append(perEvent, math.Max(0, p.WalsenderPerEv-DefaultWalsenderPerKiB*other/float64(p.Events)))
+				own := math.Max(0, p.WalsenderPerEv-DefaultWalsenderPerKiB*other/float64(p.Events))
+				wsRates, wsCPU = append(wsRates, p.reached()), append(wsCPU, own*p.reached())
 			}
 		}
 	}
 	in.WalsenderPerKiB = DefaultWalsenderPerKiB
-	if len(perEvent) > 0 {
-		in.WalsenderPerEvent = median(perEvent)
+	if len(wsRates) > 0 {
+		in.WalsenderPerEvent, in.WalsenderFixed = fitLine(wsRates, wsCPU)
 	} else if wakeup == "wal" {
 		notes = append(notes, "no paced run streamed WAL: the WAL senders' cost is 0 in the model")
 	}

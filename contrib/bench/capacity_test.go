@@ -205,6 +205,18 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// TestFitLine checks the WAL sender's fit: CPU a second against the rate.
+func TestFitLine(t *testing.T) {
+	t.Parallel()
+	if s, i := fitLine([]float64{250, 500, 1000}, []float64{35500, 53000, 88000}); math.Abs(s-70) > 1e-6 || math.Abs(i-18000) > 1e-3 {
+		t.Errorf("fit: %v per event + %v a second, want 70 and 18,000", s, i)
+	}
+	// One rate: all of it per event.
+	if s, i := fitLine([]float64{500, 500}, []float64{60000, 60000}); s != 120 || i != 0 {
+		t.Errorf("one rate: %v + %v, want 120 + 0", s, i)
+	}
+}
+
 // TestFitInverse checks the fit of y = v + f/x that splits a cost into
 // its per-round and per-event parts.
 func TestFitInverse(t *testing.T) {

@@ -80,6 +80,7 @@ type capFlags struct {
 	inputs, batches, wakeups, rates, transports    string
 	only, against                                  string
 	reps, tBatch, writers, satWriters, relays      int
+	batch, concurrency                             int
 	cores, share, rate, avgRate, relayCores, pubMs float64
 	otherWAL                                       float64
 	writeFor, pacedFor, saturate, retention        time.Duration
@@ -104,6 +105,8 @@ func registerCapacityFlags(fs *flag.FlagSet) *capFlags {
 	fs.Float64Var(&f.pubMs, "publish-ms", 0, "sizing: a publish's round trip in ms (a remote QStash or broker; 0: the measured local one)")
 	fs.Float64Var(&f.otherWAL, "database-wal-mib-per-s", 0, "sizing: the database's WAL besides the outbox's, MiB/s, which every relay's WAL stream decodes too")
 	fs.Float64Var(&f.relayCores, "relay-cores", 1, "sizing: cores of each relay process")
+	fs.IntVar(&f.batch, "batch", 100, "sizing: the relays' batch size (core.RelayConfig.BatchSize)")
+	fs.IntVar(&f.concurrency, "concurrency", 2, "sizing: the relays' concurrency (core.RelayConfig.Concurrency)")
 	fs.IntVar(&f.relays, "relays", 0, "sizing: relay processes (0: as many as the rate needs, plus one)")
 	fs.BoolVar(&f.colocated, "colocated", false, "sizing: the writers and the relay run on the database's cores too (the validation's setting)")
 	fs.StringVar(&f.only, "capacity-only", "", "capacity: run only these measurements, of write, empty, drain, paced, consumer, retention, saturate (default all; saturate only with -capacity-saturate)")
@@ -194,6 +197,8 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 		return nil, errors.New("-capacity-write-duration and -capacity-paced-duration must be positive, -capacity-saturate not negative")
 	case f.cores <= 0 || f.share <= 0 || f.share > 1:
 		return nil, fmt.Errorf("-cores must be positive and -cpu-share in (0, 1]: got %v and %v", f.cores, f.share)
+	case f.batch < 1 || f.concurrency < 1:
+		return nil, errors.New("-batch and -concurrency must be at least 1")
 	case f.rate < 0 || f.avgRate < 0 || f.otherWAL < 0 || f.retention < 0 || f.relayCores <= 0 || f.relays < 0 || f.pubMs < 0:
 		return nil, errors.New("-events-per-second, -avg-events-per-second, -retention, -relays and -publish-ms must not be negative, -relay-cores positive")
 	case f.wakeup != "" && capWakeups[f.wakeup].want == "":
@@ -204,7 +209,7 @@ func (f *capFlags) config(o *options) (*capConfig, error) {
 		return nil, fmt.Errorf("-transport %q: use one of %s", f.transport, strings.Join(capTransports, ", "))
 	}
 	c.scenario = Scenario{layout: f.layout, Cores: f.cores, CPUShare: f.share, Rate: f.rate, AvgRate: f.avgRate, RetentionHours: f.retention.Hours(),
-		Wakeup: f.wakeup, Transport: f.transport, PublishMs: f.pubMs, OtherWALMiBps: f.otherWAL, RelayCores: f.relayCores, Relays: f.relays, Colocated: f.colocated}
+		Wakeup: f.wakeup, Transport: f.transport, PublishMs: f.pubMs, OtherWALMiBps: f.otherWAL, Batch: f.batch, Concurrency: f.concurrency, RelayCores: f.relayCores, Relays: f.relays, Colocated: f.colocated}
 	return c, nil
 }
 

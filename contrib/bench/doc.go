@@ -78,4 +78,14 @@
 // -proposals adds prototypes of proposed store and relay changes
 // (proposal.go), measured beside the real thing; see
 // docs/BENCHMARKS.md.
+//
+// -capacity and -sizing (capacity.go) are the capacity model's
+// measurements instead of the workloads: per-event PostgreSQL CPU, WAL
+// bytes (pg_walinspect, the measurement's own relations) and round trips
+// of the writer's Add, of the relay at each batch size, wake-up mode and
+// transport (the relay in a process of its own, -role capacity-relay), of
+// the consumer side and of retention; then the model's prediction for
+// -cores, -cpu-share and -events-per-second. -capacity-inputs re-runs the
+// model on a saved report. docs/SCALING.md is the model and its
+// validation.
 package main

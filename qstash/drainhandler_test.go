@@ -158,9 +158,14 @@ func TestScheduleDrivenDrain(t *testing.T) {
 	if len(runs) < 3 {
 		t.Fatalf("%d runs drained the backlog; the test wants it to take several", len(runs))
 	}
+	// Where the cut falls depends on the machine: mid-publish, its batch
+	// is released; between batches, every batch it claimed had settled
+	// (it failed in CI under load when this required the cut to fall
+	// mid-publish). Either way nothing may be lost: the checks below find
+	// every event applied exactly once and none pending.
 	cut := runs[1]
-	if cut.Status != "failed" || !errors.Is(cut.Err, context.DeadlineExceeded) || cut.Report.Released == 0 {
-		t.Errorf("the killed run: %s %+v %v, want its batch released", cut.Status, cut.Report, cut.Err)
+	if cut.Status != "failed" || !errors.Is(cut.Err, context.DeadlineExceeded) || cut.Report.SettleFailed != 0 {
+		t.Errorf("the killed run: %s %+v %v, want it cut off by its deadline with every batch settled or released", cut.Status, cut.Report, cut.Err)
 	}
 	published := 0
 	for i, run := range runs {

@@ -361,7 +361,10 @@ func runScenario(t *testing.T, sc scenario) {
 // started after since, and records how long that took.
 func (e *env) waitListeners(tl *tally, since time.Time, names []string) {
 	e.t.Helper()
-	err := waitUntil(context.Background(), 20*time.Second, func(ctx context.Context) (bool, error) {
+	// 45 s: a relay's wake-up connection backs off after repeated
+	// failures, and under load its slot takes long to create (20 s failed
+	// twice on a loaded machine; the reconnects measured are 0.1-0.3 s).
+	err := waitUntil(context.Background(), 45*time.Second, func(ctx context.Context) (bool, error) {
 		n, err := e.listening(ctx, since, names...)
 		return n == len(names), err
 	})

@@ -163,7 +163,14 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 
 // claimText is the claim statement for a layout and kind.
 func (s *Store) claimText(partitioned, slot, byDestination bool) string {
+	planned := partitioned && s.planning()
 	switch {
+	case planned && byDestination:
+		return s.partStmts().plannedClaimDest
+	case planned && slot:
+		return s.partStmts().plannedClaimSlot
+	case planned:
+		return s.partStmts().plannedClaim
 	case partitioned && byDestination:
 		return s.partStmts().claimDest
 	case partitioned && slot:
@@ -203,7 +210,7 @@ func (q claim) read(rows pgx.Rows) (core.Batch, []core.ID, foundFloor, error) {
 	var dead []core.ID
 	var fl foundFloor
 	var created pgtype.Timestamptz // as stored, infinities kept: the settlement's bounds
-	var bounds createdBounds
+	bounds := createdBounds{part: q.part}
 	for rows.Next() {
 		events = append(events, core.Event{})
 		keys = append(keys, claimKey{i: len(keys)})

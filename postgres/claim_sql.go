@@ -1,5 +1,7 @@
 package postgres
 
+import "strings"
+
 // The claim's SQL (claim.go): the leasing statement and its slot form, the
 // lease lock, the give-back of an abandoned claim (abandon.go), and the
 // rule for rows a claim cannot lease.
@@ -26,7 +28,7 @@ package postgres
 // core.ClaimRequest.Destination). It is a separate text rather than an OR on
 // an empty parameter, so the common claim's plan carries no dead condition.
 func claimSQL(n names, ordered, byDestination bool) string {
-	return claimWhere(n, ordered, byDestination, "", false)
+	return claimWhere(n, ordered, byDestination, "", layoutPlain)
 }
 
 // claimSlotSQL is the unordered, any-destination claim restricted to one
@@ -34,18 +36,33 @@ func claimSQL(n names, ordered, byDestination bool) string {
 // the condition matches the slot index's expression so the claim walks that
 // index in (available_at, pos) order within the slot, from the floor.
 func claimSlotSQL(n names) string {
-	return claimWhere(n, false, false, slotCond(n), false)
+	return claimWhere(n, false, false, slotCond(n), layoutPlain)
 }
 
 // claimPartSQL and claimSlotPartSQL are claimSQL and claimSlotSQL for the
 // partitioned layout (partition.go), which claimPartitioned explains.
 func claimPartSQL(n names, ordered, byDestination bool) string {
-	return claimWhere(n, ordered, byDestination, "", true)
+	return claimWhere(n, ordered, byDestination, "", layoutPartitioned)
 }
 
 func claimSlotPartSQL(n names) string {
-	return claimWhere(n, false, false, slotCond(n), true)
+	return claimWhere(n, false, false, slotCond(n), layoutPartitioned)
 }
+
+// claimPartPlannedSQL and claimSlotPartPlannedSQL are the same claims for
+// a store that plans each execution (plans.go): the created_at floor is a
+// bare parameter, so the planner prunes the partitions, and plans only
+// for those left.
+func claimPartPlannedSQL(n names, ordered, byDestination bool) string {
+	return claimWhere(n, ordered, byDestination, "", layoutPlanned)
+}
+
+func claimSlotPartPlannedSQL(n names) string {
+	return claimWhere(n, false, false, slotCond(n), layoutPlanned)
+}
+
+// layoutPlanned is claimWhere's partitioned layout planned per execution.
+const layoutPlanned = layoutPartitioned + 1
 
 func slotCond(n names) string {
 	return `
@@ -86,7 +103,8 @@ WHERE t.ctid = ANY(ARRAY(SELECT c.tid FROM c))
 	AND ((t.tableoid, t.ctid) IN (SELECT c.rel, c.tid FROM c)) IS TRUE`
 }
 
-func claimWhere(n names, ordered, byDestination bool, slot string, partitioned bool) string {
+func claimWhere(n names, ordered, byDestination bool, slot string, layout int32) string {
+	partitioned := layout != layoutPlain
 	head := slot
 	if byDestination {
 		head = `
@@ -114,6 +132,9 @@ func claimWhere(n names, ordered, byDestination bool, slot string, partitioned b
 		created = "LEAST($7::timestamptz, now())"
 		if byDestination {
 			created = "LEAST($8::timestamptz, now())"
+		}
+		if layout == layoutPlanned {
+			created = strings.TrimSuffix(strings.TrimPrefix(created, "LEAST("), ", now())")
 		}
 		since = `
 		AND o.created_at >= ` + created

@@ -161,7 +161,7 @@ func (s *Store) setPeriod(current string) {
 	}
 	tag := "/* outboxkit: " + current + " */\n"
 	b := s.part
-	for _, q := range []*string{&b.claim, &b.claimDest, &b.claimSlot, &b.settle, &b.publish, &b.delete, &b.settleDelete, &b.prune,
+	for _, q := range []*string{&b.claim, &b.claimDest, &b.claimSlot, &b.plannedClaim, &b.plannedClaimDest, &b.plannedClaimSlot, &b.settle, &b.publish, &b.delete, &b.settleDelete, &b.prune,
 		&b.byTID.settle, &b.byTID.publish, &b.byTID.delete, &b.byTID.settleDelete} {
 		*q = tag + *q
 	}

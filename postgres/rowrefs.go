@@ -28,6 +28,9 @@ type rowRefs struct {
 // as stored (a foreign writer's infinities included).
 type createdBounds struct {
 	lo, hi pgtype.Timestamptz // Valid once a value was added
+	// part: read from a partitioned layout's claim (which may have
+	// claimed nothing).
+	part bool
 }
 
 func (b *createdBounds) add(t pgtype.Timestamptz) {
@@ -42,11 +45,16 @@ func (b *createdBounds) add(t pgtype.Timestamptz) {
 	}
 }
 
-// union is the bounds of both leases' rows, or none when either has none
-// (a settlement then cannot keep to the partitions of one).
+// union is the bounds of both claims' rows, or none when either was the
+// plain layout's (a settlement then cannot keep to some partitions).
 func (b createdBounds) union(o createdBounds) createdBounds {
-	if !b.lo.Valid || !o.lo.Valid {
+	switch {
+	case !b.part || !o.part:
 		return createdBounds{}
+	case !b.lo.Valid:
+		return o
+	case !o.lo.Valid:
+		return b
 	}
 	b.add(o.lo)
 	b.add(o.hi)

@@ -163,14 +163,7 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 
 // claimText is the claim statement for a layout and kind.
 func (s *Store) claimText(partitioned, slot, byDestination bool) string {
-	planned := partitioned && s.planning()
 	switch {
-	case planned && byDestination:
-		return s.partStmts().plannedClaimDest
-	case planned && slot:
-		return s.partStmts().plannedClaimSlot
-	case planned:
-		return s.partStmts().plannedClaim
 	case partitioned && byDestination:
 		return s.partStmts().claimDest
 	case partitioned && slot:

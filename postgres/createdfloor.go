@@ -20,8 +20,8 @@ import (
 // pending once their events are settled. So the claim also carries a floor
 // on created_at, the start of the oldest period that may hold a pending
 // row, and its three scans keep to the partitions from there on, pruned
-// before the statement runs (initial pruning of a prepared statement's
-// parameter: the others are not even opened).
+// before the statement is planned (a custom plan) or as the executor
+// starts (a generic one): the others are neither planned nor opened.
 //
 // The floor is found with each search for the claim floor from the
 // beginning (claimfloor.go: before the first claim, then every 5 s or
@@ -161,7 +161,7 @@ func (s *Store) setPeriod(current string) {
 	}
 	tag := "/* outboxkit: " + current + " */\n"
 	b := s.part
-	for _, q := range []*string{&b.claim, &b.claimDest, &b.claimSlot, &b.plannedClaim, &b.plannedClaimDest, &b.plannedClaimSlot, &b.settle, &b.publish, &b.delete, &b.settleDelete, &b.prune,
+	for _, q := range []*string{&b.claim, &b.claimDest, &b.claimSlot, &b.settle, &b.publish, &b.delete, &b.settleDelete, &b.prune,
 		&b.byTID.settle, &b.byTID.publish, &b.byTID.delete, &b.byTID.settleDelete} {
 		*q = tag + *q
 	}

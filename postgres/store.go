@@ -80,11 +80,9 @@ type tidSQL struct{ settle, publish, delete, settleDelete string }
 // partSQL is the relay's statements on the partitioned layout
 // (claimPartitioned, createdWithin, byIDPart).
 type partSQL struct {
-	claim, claimDest, claimSlot string
-	// The claims for a store that plans each execution.
-	plannedClaim, plannedClaimDest, plannedClaimSlot string
-	settle, publish, delete, settleDelete, prune     string
-	byTID                                            tidSQL
+	claim, claimDest, claimSlot                  string
+	settle, publish, delete, settleDelete, prune string
+	byTID                                        tidSQL
 }
 
 // Interface checks: the capabilities the relay and operators look for.
@@ -149,7 +147,6 @@ func New[DB Handle](db DB, cfg *Config) (*Store, error) {
 		plans:            newPlanMode(pool),
 		part: partSQL{
 			claim: claimPartSQL(n, c.Ordering, false), claimDest: claimPartSQL(n, c.Ordering, true), claimSlot: claimSlotPartSQL(n),
-			plannedClaim: claimPartPlannedSQL(n, c.Ordering, false), plannedClaimDest: claimPartPlannedSQL(n, c.Ordering, true), plannedClaimSlot: claimSlotPartPlannedSQL(n),
 			settle: settlePartSQL(n), publish: publishPartSQL(n), delete: deletePartSQL(n), settleDelete: settleDeletePartSQL(n),
 			prune: prunePartSQL(n),
 			byTID: tidSQL{settleTIDPartSQL(n), publishTIDPartSQL(n), deleteTIDPartSQL(n), settleDeleteTIDPartSQL(n)},

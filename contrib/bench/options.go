@@ -50,6 +50,7 @@ type options struct {
 	// its latency rate and the rows of the day it retires; the soak's
 	// length, rate and retention (partitions.go, partition_soak.go).
 	partRetained, partDays, partRate, partRetire int
+	partSkip                                     []string // phases to leave out: drain, latency, retire
 	soakFor, soakRetain                          time.Duration
 	soakRate                                     int
 	// The consumer workload (consumer.go): paced rates, each run's
@@ -110,6 +111,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.partDays, "partition-days", 10, "days over which the partitions workload's kept rows were created")
 	fs.IntVar(&o.partRate, "partition-rate", 1000, "events/s of the partitions workload's latency runs")
 	fs.IntVar(&o.partRetire, "partition-retire", 1_000_000, "published rows of the day the partitions workload retires")
+	partSkip := fs.String("partition-skip", "", "phases of the partitions workload to leave out (comma-separated: drain, latency, retire)")
 	fs.DurationVar(&o.soakFor, "soak-duration", 30*time.Minute, "length of each layout's run in the partition-soak workload")
 	fs.IntVar(&o.soakRate, "soak-rate", 2000, "events/s written and relayed in the partition-soak workload")
 	fs.DurationVar(&o.soakRetain, "soak-retention", 10*time.Minute, "RetainPublished of the partition-soak workload's Retention")
@@ -153,6 +155,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		}
 		o.workloads = append(o.workloads, w)
 	}
+	o.partSkip = splitList(*partSkip)
 	if o.batches, err = intList("batches", batches); err != nil {
 		return nil, err
 	}

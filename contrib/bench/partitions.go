@@ -81,8 +81,12 @@ func (b *bench) runPartitions(ctx context.Context) error {
 		b.logf("partitions: seeded %s with %d published rows in %.0f s", layoutSys(layout), o.partRetained, time.Since(t0).Seconds())
 		kept[layout] = s
 	}
+	skip := func(phase string) bool { return slices.Contains(o.partSkip, phase) }
 	for rep := 0; rep < o.reps; rep++ {
 		for _, batch := range o.batches {
+			if skip("drain") {
+				break
+			}
 			for _, layout := range rotate(benchLayouts, rep) {
 				for _, state := range rotate([]string{stateEmpty, stateRetained}, rep) {
 					cas := b.partitionCase(fmt.Sprintf("drain batch=%d", batch), state)
@@ -109,6 +113,9 @@ func (b *bench) runPartitions(ctx context.Context) error {
 			}
 		}
 		for _, layout := range rotate(benchLayouts, rep) {
+			if skip("latency") {
+				break
+			}
 			for _, state := range rotate([]string{stateEmpty, stateRetained}, rep) {
 				cas := b.partitionCase(fmt.Sprintf("latency %d/s", o.partRate), state)
 				res, err := attempt(ctx, b, fmt.Sprintf("partitions %s %s rep %d", cas, layoutSys(layout), rep+1), func() (latencyResult, error) {
@@ -133,6 +140,9 @@ func (b *bench) runPartitions(ctx context.Context) error {
 			}
 		}
 		for _, layout := range rotate(benchLayouts, rep) {
+			if skip("retire") {
+				break
+			}
 			cas := fmt.Sprintf("retire one day of %s", groupThousands(strconv.Itoa(o.partRetire)))
 			res, err := attempt(ctx, b, fmt.Sprintf("partitions %s %s rep %d", cas, layoutSys(layout), rep+1), func() (retireResult, error) {
 				return b.retireDay(ctx, layout)

@@ -53,8 +53,16 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 		// In the pending index's order, so that the probe walks that
 		// index whatever the partition's statistics say (an EXISTS
 		// alone may be planned as a scan of the whole partition).
+		// The current and later periods are above the floor whatever
+		// they hold, so they are not probed (a one-time filter): the
+		// current partition's pending index is where settled rows'
+		// entries collect, which the claim floor's own search walks.
+		ended := ""
+		if !pi.Default && !pi.To.IsZero() {
+			ended = boundLiteral(pi.To) + `::timestamptz <= now() - interval '1 second' AND `
+		}
 		probes = append(probes, `SELECT `+strconv.Itoa(len(probed))+` AS i
-	WHERE EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)`)
+	WHERE `+ended+`EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)`)
 		probed = append(probed, pi)
 	}
 	var pending []int32

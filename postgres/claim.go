@@ -156,7 +156,7 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 	}
 	q.sql = s.claimText(q.part, q.slot, req.Destination != "")
 	if q.part {
-		q.args = append(q.args, fl.created) // createdfloor.go
+		q.args = append(q.args, fl.created.floor, fl.created.ceiling) // createdfloor.go
 	}
 	return q, nil
 }

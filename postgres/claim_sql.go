@@ -1,5 +1,7 @@
 package postgres
 
+import "fmt"
+
 // The claim's SQL (claim.go): the leasing statement and its slot form, the
 // lease lock, the give-back of an abandoned claim (abandon.go), and the
 // rule for rows a claim cannot lease.
@@ -112,12 +114,13 @@ func claimWhere(n names, ordered, byDestination bool, slot string, partitioned b
 		// subquery's value, the floor would be pruned only as the
 		// statement ran, and each custom plan would plan every
 		// partition: 1.3 ms with 14 partitions against 0.4 ms.)
-		created = "$7::timestamptz"
+		floor, ceiling := "$7::timestamptz", "$8::timestamptz"
 		if byDestination {
-			created = "$8::timestamptz"
+			floor, ceiling = "$8::timestamptz", "$9::timestamptz"
 		}
+		created = floor + " AND %s.created_at < " + ceiling
 		since = `
-		AND o.created_at >= ` + created
+		AND o.created_at >= ` + fmt.Sprintf(created, "o")
 	}
 	locked := `FROM ` + n.outbox + ` o
 	WHERE o.published_at IS NULL AND o.dead_at IS NULL
@@ -132,10 +135,10 @@ func claimWhere(n names, ordered, byDestination bool, slot string, partitioned b
 WHERE t.ctid = ANY(ARRAY(
 	SELECT o.ctid `+locked+`))`, ""
 	if partitioned {
-		with = `WITH ` + floorProbeSince(n, "$5", "$6", created) + `, c AS MATERIALIZED (
+		with = `WITH ` + floorProbeSince(n, "$5", "$6", fmt.Sprintf(created, "p")) + `, c AS MATERIALIZED (
 	SELECT o.ctid AS tid, o.tableoid AS rel, o.created_at ` + locked + `
 )`
-		where, returning = claimPartitioned(created), `, t.created_at`
+		where, returning = claimPartitioned(fmt.Sprintf(created, "t")), `, t.created_at`
 	}
 	return with + `
 UPDATE ` + n.outbox + ` t

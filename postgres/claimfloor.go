@@ -61,9 +61,9 @@ type claimFloor struct {
 	nextFull time.Time     // when to search from the beginning again
 	search   chan struct{} // closed when the search under way ends; nil if none is
 	every    time.Duration // floorFullEvery when 0 (tests set it)
-	// created is the partitioned layout's created_at floor
-	// (createdfloor.go), found by the last search; not Valid: none.
-	created pgtype.Timestamptz
+	// created is the partitioned layout's created_at range
+	// (createdfloor.go), found by the last search (zero: none yet).
+	created createdRange
 }
 
 // floorArgs is the floor one claim starts from.
@@ -72,9 +72,9 @@ type floorArgs struct {
 	pos   int64
 	full  bool      // from the beginning of the pending set
 	start time.Time // when it was handed out
-	// created is the created_at floor of the partitioned layout's claim
-	// (createdfloor.go): '-infinity' when there is none.
-	created pgtype.Timestamptz
+	// created is the created_at range of the partitioned layout's
+	// claim (createdfloor.go).
+	created createdRange
 }
 
 // lowest is the floor at the beginning of the pending set: below every
@@ -103,7 +103,7 @@ func (s *Store) floorArgs(ctx context.Context) floorArgs {
 		var fl foundFloor
 		var partitioned bool
 		err := s.db.QueryRow(ctx, floorSQL(s.n), s.relayArgs([]any{a.at, a.pos, s.n.outbox})...).Scan(&fl.at, &fl.pos, &partitioned)
-		created := lowest
+		created := everything
 		if err == nil {
 			s.sawLayout(partitioned)
 			if partitioned {
@@ -127,14 +127,15 @@ func (f *claimFloor) next(now time.Time) (floorArgs, <-chan struct{}) {
 	defer f.mu.Unlock()
 	switch {
 	case f.search != nil && !f.at.Valid:
-		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now, created: lowest}, f.search
-	case f.search == nil && (!f.at.Valid || !now.Before(f.nextFull)):
+		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now, created: everything}, f.search
+	case f.search == nil && (!f.at.Valid || !now.Before(f.nextFull) || !f.created.until.IsZero() && !now.Before(f.created.until)):
+		// Due, or the current period ended (createdfloor.go).
 		f.search, f.nextFull = make(chan struct{}), now.Add(f.fullEvery())
-		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now, created: lowest}, nil
+		return floorArgs{at: lowest, pos: math.MinInt64, full: true, start: now, created: everything}, nil
 	}
 	created := f.created
-	if !created.Valid {
-		created = lowest
+	if !created.floor.Valid {
+		created = everything
 	}
 	return floorArgs{at: f.at, pos: f.pos, start: now, created: created}, nil
 }
@@ -143,7 +144,7 @@ func (f *claimFloor) next(now time.Time) (floorArgs, <-chan struct{}) {
 // as a says: the floor it found, if ok, replaces the store's (it may lie
 // below it), and the next search is due after the longer of the period
 // and floorFullShare times this one's duration.
-func (f *claimFloor) searched(a floorArgs, fl foundFloor, created pgtype.Timestamptz, ok bool, now time.Time) {
+func (f *claimFloor) searched(a floorArgs, fl foundFloor, created createdRange, ok bool, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.nextFull = a.start.Add(max(f.fullEvery(), floorFullShare*now.Sub(a.start)))

@@ -11,40 +11,59 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// The created_at floor of the partitioned layout's claim.
+// The created_at range of the partitioned layout's claim.
 //
 // A claim walks the pending index of every partition of the table (a
 // merge of one index scan per partition, and the floor probe's another),
 // and its update is planned over all of them: the more periods a table
 // keeps, the more each claim costs, although the old periods hold nothing
-// pending once their events are settled. So the claim also carries a floor
-// on created_at, the start of the oldest period that may hold a pending
-// row, and its three scans keep to the partitions from there on, pruned
-// before the statement is planned (a custom plan) or as the executor
-// starts (a generic one): the others are neither planned nor opened.
+// pending once their events are settled, and the periods ahead nothing
+// yet. So the claim also carries a range of created_at, from the start of
+// the oldest period that may hold a pending row to the end of the current
+// period, and its three scans keep to the partitions in it, pruned before
+// the statement is planned (a custom plan) or as the executor starts (a
+// generic one): the others are neither planned nor opened.
 //
-// The floor is found with each search for the claim floor from the
+// The range is found with each search for the claim floor from the
 // beginning (claimfloor.go: before the first claim, then every 5 s or
-// more): the store lists the table's partitions and probes each period
-// that has ended for a pending row, one index probe each, in one
-// statement. The floor is the start of the oldest period with one, or of
-// the current period when none has; '-infinity' (no pruning) when the
-// default partition or the legacy one (partition_convert.go) holds a
-// pending row, since rows of any creation time may be there.
+// more, and as soon as the current period ends): the store lists the
+// table's partitions and probes each but the current one for a pending
+// row, one index probe each, in one statement. The floor is the start of
+// the oldest period with one, or of the current period; the ceiling the
+// end of the current period, or none when a later period holds one; the
+// whole table while the default partition or the legacy one
+// (partition_convert.go) holds one, since rows of any creation time may be
+// there.
 //
-// What lies below it is a row made pending after the search in a period
-// that had none: written with a created_at in the past (by a foreign
-// writer, or by a transaction that began before its period ended and
-// committed after the search), or an old event replayed. Such rows wait,
-// as the rows below the claim floor do, for the next search; they are
-// never lost.
+// What lies outside it is a row made pending after the search in a period
+// that had none: written with a created_at in the past or the future (by
+// a foreign writer, or by a transaction that began before its period
+// ended and committed after the search), or an old event replayed. Such
+// rows wait, as the rows below the claim floor do, for the next search;
+// they are never lost.
 
-// createdFloor finds the created_at floor; lowest on any failure.
-func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
+// createdRange is what the claims of the partitioned layout keep to:
+// created_at from floor (inclusive) to ceiling (exclusive), until the
+// database's clock reaches until (the end of the current period), when
+// the store looks again.
+type createdRange struct {
+	floor, ceiling pgtype.Timestamptz
+	until          time.Time // zero: none
+}
+
+// everything is the range that prunes nothing.
+var everything = createdRange{floor: lowest, ceiling: highest}
+
+// highest is the ceiling that excludes nothing.
+var highest = pgtype.Timestamptz{InfinityModifier: pgtype.Infinity, Valid: true}
+
+// createdFloor finds the created_at range of the claims; everything on
+// any failure.
+func (s *Store) createdFloor(ctx context.Context) createdRange {
 	p := &Partitions{db: s.db, n: s.n}
 	t, err := p.table(ctx, false)
 	if err != nil || t.layout == PartitionNone {
-		return lowest
+		return everything
 	}
 	var probes []string
 	var probed []PartitionInfo
@@ -53,16 +72,17 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 		// In the pending index's order, so that the probe walks that
 		// index whatever the partition's statistics say (an EXISTS
 		// alone may be planned as a scan of the whole partition).
-		// The current and later periods are above the floor whatever
-		// they hold, so they are not probed (a one-time filter): the
-		// current partition's pending index is where settled rows'
-		// entries collect, which the claim floor's own search walks.
-		ended := ""
-		if !pi.Default && !pi.To.IsZero() {
-			ended = boundLiteral(pi.To) + `::timestamptz <= now() - interval '1 second' AND `
+		// The current period is in the range whatever it holds, so it
+		// is not probed (a one-time filter): its pending index is where
+		// settled rows' entries collect, which the claim floor's own
+		// search walks.
+		notCurrent := ""
+		if !pi.Default && !pi.To.IsZero() && !pi.From.IsZero() {
+			notCurrent = `(` + boundLiteral(pi.To) + `::timestamptz <= now() - interval '1 second' OR ` +
+				boundLiteral(pi.From) + `::timestamptz > now() - interval '1 second') AND `
 		}
 		probes = append(probes, `SELECT `+strconv.Itoa(len(probed))+` AS i
-	WHERE `+ended+`EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)`)
+	WHERE `+notCurrent+`EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)`)
 		probed = append(probed, pi)
 	}
 	var pending []int32
@@ -78,32 +98,36 @@ func (s *Store) createdFloor(ctx context.Context) pgtype.Timestamptz {
 	if s.plannedRows != nil {
 		minRows = float32(*s.plannedRows)
 	}
+	asked := time.Now()
 	if err := s.db.QueryRow(ctx, q, s.n.outbox, minRows, int64(plannedPages)*8192).Scan(&pending, &now, &planned); err != nil {
-		return lowest
+		return everything
 	}
 	s.sawCurrent(t.parts, now, planned)
-	oldest := time.Time{}
+	lag := now.Add(-time.Second)
+	var cur *PartitionInfo
+	for i, pi := range t.parts {
+		if !pi.Default && !pi.From.IsZero() && !pi.From.After(lag) && pi.To.After(lag) {
+			cur = &t.parts[i]
+		}
+	}
+	if cur == nil {
+		return everything // no partition for now: rows go to the default one
+	}
+	r := createdRange{floor: pgtype.Timestamptz{Time: cur.From, Valid: true}, ceiling: pgtype.Timestamptz{Time: cur.To, Valid: true},
+		// The end of the period by this process's clock.
+		until: cur.To.Add(asked.Sub(now))}
 	for _, i := range pending {
 		pi := probed[i]
-		if pi.Default || pi.From.IsZero() {
-			return lowest
-		}
-		if oldest.IsZero() || pi.From.Before(oldest) {
-			oldest = pi.From
-		}
-	}
-	if !oldest.IsZero() && oldest.Before(now) {
-		return pgtype.Timestamptz{Time: oldest, Valid: true}
-	}
-	// Nothing pending before the current period: its start, the start
-	// of the one holding now() - floorLag.
-	lag := now.Add(-time.Second)
-	for _, pi := range t.parts {
-		if !pi.Default && !pi.From.IsZero() && !pi.From.After(lag) && pi.To.After(lag) {
-			return pgtype.Timestamptz{Time: pi.From, Valid: true}
+		switch {
+		case pi.Default || pi.From.IsZero():
+			return everything
+		case pi.From.Before(r.floor.Time):
+			r.floor.Time = pi.From
+		case !pi.From.Before(cur.To):
+			r.ceiling = highest // a later period holds a pending row
 		}
 	}
-	return lowest
+	return r
 }
 
 // Plans of new partitions.

@@ -1,6 +1,10 @@
 package postgres
 
-import "time"
+import (
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
 
 // Test hooks of the partitioned layout.
 
@@ -12,16 +16,27 @@ func (s *Store) PartitionedForTest() bool { return s.partitioned() }
 // plain until its next search for the claim floor from the beginning.
 func (s *Store) SetLayoutForTest(partitioned bool) { s.sawLayout(partitioned) }
 
-// CreatedFloorForTest is the created_at floor of the store's claims
-// (createdfloor.go): the zero time for '-infinity'.
+// CreatedFloorForTest and CreatedCeilingForTest are the created_at range
+// of the store's claims (createdfloor.go): the zero time for an infinity.
 func (s *Store) CreatedFloorForTest() time.Time {
 	f := s.plans.floor
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.created.Valid || f.created.InfinityModifier != 0 {
+	return testFinite(f.created.floor)
+}
+
+func (s *Store) CreatedCeilingForTest() time.Time {
+	f := s.plans.floor
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return testFinite(f.created.ceiling)
+}
+
+func testFinite(t pgtype.Timestamptz) time.Time {
+	if !t.Valid || t.InfinityModifier != pgtype.Finite {
 		return time.Time{}
 	}
-	return f.created.Time
+	return t.Time
 }
 
 // SetPlannedRowsForTest sets the statistics a current period's partition

@@ -44,3 +44,18 @@ func TestMergedBatchesKeepCreatedBounds(t *testing.T) {
 		t.Errorf("bounds over infinities: %+v", b)
 	}
 }
+
+// The store looks for its floor and created_at range again as soon as
+// the current period ends.
+func TestFloorSearchAtTheEndOfThePeriod(t *testing.T) {
+	f := &claimFloor{}
+	now := time.Now()
+	f.at, f.pos, f.nextFull = pgtype.Timestamptz{Time: now, Valid: true}, 1, now.Add(time.Hour)
+	f.created = createdRange{floor: lowest, ceiling: highest, until: now.Add(time.Minute)}
+	if a, _ := f.next(now); a.full {
+		t.Fatal("a search before the period ended")
+	}
+	if a, _ := f.next(now.Add(time.Minute)); !a.full {
+		t.Fatal("no search once the period ended")
+	}
+}

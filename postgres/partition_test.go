@@ -277,10 +277,12 @@ func mustUUIDv4(t *testing.T) [16]byte {
 var _ = fmt.Sprint
 
 // The claim keeps to the periods that may hold pending rows (its
-// created_at floor, found with each full floor search): the oldest period
-// with a pending row, or the current one; none with a pending row in the
-// default partition. A row made pending below the floor after the search
-// (an old event replayed) is claimed after the next search.
+// created_at range, found with each full floor search): from the oldest
+// period with a pending row, or the current one, to the end of the
+// current period, or of time when a later one holds a pending row; all of
+// them while the default partition holds one. A row made pending outside
+// the range after the search (an old event replayed, one created in a
+// later period) is claimed after the next search.
 func TestCreatedFloor(t *testing.T) {
 	t.Parallel()
 	d := newPartitionedDB(t, postgres.PartitionDaily)
@@ -331,6 +333,22 @@ VALUES ($1, 'x', '{}', $2, now() - interval '1 minute', `+pub+`)`, id, created)
 	}
 	if got := s.CreatedFloorForTest(); !got.Equal(today) {
 		t.Fatalf("created floor %v, want today's start %v", got, today)
+	}
+	if got := s.CreatedCeilingForTest(); !got.Equal(today.Add(24 * time.Hour)) {
+		t.Fatalf("created ceiling %v, want today's end", got)
+	}
+	// Pending in a later period (created tomorrow, due now): no ceiling
+	// once the next search saw it.
+	tomorrow := insert(today.Add(24*time.Hour+time.Hour), false)
+	if got := claim(); len(got) != 0 {
+		t.Fatalf("claimed %v before the next search; the event created tomorrow lies above the ceiling", got)
+	}
+	s.SetFloorFullEveryForTest(time.Hour)
+	if got := claim(); len(got) != 1 || got[0].ID != tomorrow {
+		t.Fatalf("claimed %v after the search, want the event created tomorrow", got)
+	}
+	if got := s.CreatedCeilingForTest(); !got.IsZero() {
+		t.Fatalf("created ceiling %v with a pending row in a later period, want none", got)
 	}
 	// Pending five days ago, found by the next search.
 	pending := insert(today.Add(-5*24*time.Hour+time.Hour), false)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // orderedScenario describes a run of the consumer-ordering suite: a
@@ -46,6 +47,8 @@ type orderedScenario struct {
 	// of 1 s is honoured as QStash would.
 	backoffScale float64
 	drainTimeout time.Duration
+	// partitions migrates the tables with this layout (envConfig).
+	partitions postgres.Partitioning
 }
 
 // The short runs are scaled down to stay within a few tens of seconds with
@@ -106,7 +109,7 @@ func runOrdered(t *testing.T, sc orderedScenario) {
 	start := time.Now()
 	ctx := context.Background()
 	// The test's store writes with Ordering on, so Add assigns sequences.
-	e := newEnv(t, envConfig{ordering: true, backoffScale: sc.backoffScale})
+	e := newEnv(t, envConfig{ordering: true, backoffScale: sc.backoffScale, partitions: sc.partitions})
 	if _, err := e.pool.Exec(ctx, `CREATE TABLE `+e.table("ordered_effects")+` (
 			serial bigserial PRIMARY KEY, aggregate_id text NOT NULL, sequence bigint NOT NULL, event_id uuid NOT NULL,
 			applied_at timestamptz NOT NULL DEFAULT clock_timestamp());

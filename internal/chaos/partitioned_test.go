@@ -22,3 +22,14 @@ func TestChaosShortPartitioned(t *testing.T) {
 		partitions: postgres.PartitionHourly,
 	})
 }
+
+// The short ordered run (the relay ordering the aggregates) on the
+// partitioned layout.
+func TestChaosOrderedPartitioned(t *testing.T) {
+	if *long {
+		t.Skip("-long given: TestChaosLongOrdered runs instead")
+	}
+	sc := orderedShort
+	sc.relayOrdering, sc.partitions = true, postgres.PartitionHourly
+	runOrdered(t, sc)
+}

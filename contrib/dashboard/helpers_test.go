@@ -27,20 +27,48 @@ type testDB struct {
 	pool   *pgxpool.Pool
 	schema string
 	store  *postgres.Store
+	layout postgres.Partitioning
 }
 
-func newDB(t testing.TB) testDB {
+// newDB is a schema with the plain layout.
+func newDB(t testing.TB) testDB { return newDBLayout(t, postgres.PartitionNone) }
+
+// layouts are the outbox table's layouts the page tests run on.
+var layouts = []postgres.Partitioning{postgres.PartitionNone, postgres.PartitionDaily, postgres.PartitionHourly}
+
+// pastPeriods is how far back a partitioned test table has partitions:
+// rows created up to that long ago land in a period of their own, not in
+// the default partition.
+const pastPeriods = 3
+
+// newDBLayout is a schema whose outbox table has the layout: partitioned
+// ones have, besides the periods the migration creates, partitions for
+// the last pastPeriods periods.
+func newDBLayout(t testing.TB, layout postgres.Partitioning) testDB {
 	t.Helper()
 	pool := pgtest.Pool(t, 6)
 	schema := pgtest.Schema(t, pool, "dashboard")
-	if err := postgres.Migrate(ctxT(t), pool, &postgres.MigrateConfig{Schema: schema}); err != nil {
+	if err := postgres.Migrate(ctxT(t), pool, &postgres.MigrateConfig{Schema: schema, Partitions: layout}); err != nil {
 		t.Fatalf("migrate: %v", err)
+	}
+	if layout != postgres.PartitionNone {
+		parts, err := postgres.NewPartitions(pool, &postgres.PartitionsConfig{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		period := 24 * time.Hour
+		if layout == postgres.PartitionHourly {
+			period = time.Hour
+		}
+		if _, err := parts.Create(ctxT(t), time.Now().Add(-pastPeriods*period), time.Now()); err != nil {
+			t.Fatalf("create past partitions: %v", err)
+		}
 	}
 	store, err := postgres.New(pool, &postgres.Config{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testDB{pool: pool, schema: schema, store: store}
+	return testDB{pool: pool, schema: schema, store: store, layout: layout}
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -12,7 +13,8 @@ import (
 
 // tableNames are one target's quoted identifiers.
 type tableNames struct {
-	outbox string // "schema"."table"
+	outbox        string // "schema"."table"
+	schema, table string // unquoted
 	// Index names as EXPLAIN prints them (unqualified, unquoted).
 	pkIdx, pendingIdx, publishedIdx, deadIdx string
 }
@@ -20,6 +22,8 @@ type tableNames struct {
 func newTableNames(schema, table string) tableNames {
 	return tableNames{
 		outbox:       pgx.Identifier{schema, table}.Sanitize(),
+		schema:       schema,
+		table:        table,
 		pkIdx:        table + "_pkey",
 		pendingIdx:   table + "_pending_idx",
 		publishedIdx: table + "_published_idx",
@@ -160,7 +164,10 @@ type listQuery struct {
 // rows whatever their selectivity; the walk is the index order, so no
 // statement sorts (the published view's tie-break on id is an incremental
 // sort within one published_at).
-func buildList(n tableNames, v view, f eventFilter, cursor []any, scan, page int, since, until any) listQuery {
+//
+// On the partitioned layout pruneFrom and pruneTo (pruneRange) keep the
+// walk to the partitions that may hold rows of the time filter.
+func buildList(n tableNames, v view, f eventFilter, cursor []any, scan, page int, since, until any, pruneFrom, pruneTo *time.Time) listQuery {
 	var args []any
 	arg := func(val any) string {
 		args = append(args, val)
@@ -176,6 +183,12 @@ func buildList(n tableNames, v view, f eventFilter, cursor []any, scan, page int
 			ks = strings.ReplaceAll(ks, "$K"+strconv.Itoa(i+1), arg(c)+keyCast(v.keys[i]))
 		}
 		where = append(where, ks)
+	}
+	if pruneFrom != nil {
+		where = append(where, "created_at >= "+arg(*pruneFrom)+"::timestamptz")
+	}
+	if pruneTo != nil {
+		where = append(where, "created_at < "+arg(*pruneTo)+"::timestamptz")
 	}
 	var hits []string
 	if v.filter != "" {

@@ -1,0 +1,214 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The table's layout as the catalog has it: plain, or range partitions
+// of created_at (postgres.MigrateConfig.Partitions, docs/SCHEMA.md "The
+// partitioned layout"). The overview shows it, and the events page uses
+// the partitions' bounds to prune a creation-time filter.
+
+// partition is one partition of a partitioned outbox table.
+type partition struct {
+	Name    string
+	Default bool
+	// From and To bound the created_at it holds; From is zero for a
+	// partition from MINVALUE (the legacy one a conversion attached), To
+	// for one to MAXVALUE, both for the default partition.
+	From, To time.Time
+}
+
+// tableLayout is a table's layout.
+type tableLayout struct {
+	// Kind is "plain", "daily", "hourly", "N-minute" or, for other
+	// widths, "partitioned".
+	Kind string `json:"kind"`
+	// Partitions counts the partitions, the default one included.
+	Partitions int `json:"partitions,omitempty"`
+	// Oldest and Newest are the first and the last period covered by a
+	// partition (the legacy partition aside: it has no start).
+	Oldest *time.Time `json:"oldest_period,omitempty"`
+	Newest *time.Time `json:"newest_period,omitempty"`
+	// Legacy names the partition holding a converted plain table.
+	Legacy string `json:"legacy,omitempty"`
+	// Default names the default partition. DefaultRows counts its
+	// pending and published rows, DefaultDead its dead letters, each up
+	// to defaultProbe; the More fields say there are more.
+	Default         string `json:"default_partition,omitempty"`
+	DefaultRows     int64  `json:"default_rows"`
+	DefaultMore     bool   `json:"default_rows_more,omitempty"`
+	DefaultDead     int64  `json:"default_dead"`
+	DefaultDeadMore bool   `json:"default_dead_more,omitempty"`
+
+	parts []partition
+}
+
+// Partitioned is whether the table is partitioned.
+func (l *tableLayout) Partitioned() bool { return l != nil && l.Kind != "plain" }
+
+// defaultProbe bounds the count of the default partition's rows: the
+// overview says "at least" past it, and reads no more.
+const defaultProbe = 1000
+
+// partitionsSQL lists the partitions of $1 with their bounds, read back
+// by the session's own input function (exact whatever its TimeZone), as
+// postgres.Partitions does.
+const partitionsSQL = `SELECT c.relname::text, b.def = 'DEFAULT',
+	CASE WHEN m.v[1] = 'MINVALUE' THEN NULL ELSE btrim(m.v[1], '''')::timestamptz END,
+	CASE WHEN m.v[2] = 'MAXVALUE' THEN NULL ELSE btrim(m.v[2], '''')::timestamptz END
+FROM pg_inherits i
+JOIN pg_class c ON c.oid = i.inhrelid AND c.relkind = 'r'
+CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid, true) AS b(def)
+LEFT JOIN LATERAL regexp_match(b.def, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m(v) ON true
+WHERE i.inhparent = to_regclass($1)`
+
+// readPartitions returns whether the table is partitioned and, if so, its
+// partitions: two catalog reads.
+func readPartitions(ctx context.Context, q querier, n tableNames) (bool, []partition, error) {
+	var kind pgtype.Text
+	if err := q.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, n.outbox).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, err
+	}
+	if !kind.Valid {
+		return false, nil, fmt.Errorf("table %s does not exist: migrate it (outboxctl migrate)", n.outbox)
+	}
+	if kind.String != "p" {
+		return false, nil, nil
+	}
+	rows, err := q.Query(ctx, partitionsSQL, n.outbox)
+	if err != nil {
+		return true, nil, err
+	}
+	defer rows.Close()
+	var parts []partition
+	for rows.Next() {
+		var p partition
+		var lo, hi pgtype.Timestamptz
+		if err := rows.Scan(&p.Name, &p.Default, &lo, &hi); err != nil {
+			return true, nil, err
+		}
+		if lo.Valid && lo.InfinityModifier == pgtype.Finite {
+			p.From = lo.Time.UTC()
+		}
+		if hi.Valid && hi.InfinityModifier == pgtype.Finite {
+			p.To = hi.Time.UTC()
+		}
+		parts = append(parts, p)
+	}
+	return true, parts, rows.Err()
+}
+
+// querier is what a pool and a transaction both do.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readLayout reads the table's layout and probes its default partition.
+func readLayout(ctx context.Context, q querier, n tableNames) (*tableLayout, error) {
+	partitioned, parts, err := readPartitions(ctx, q, n)
+	if err != nil {
+		return nil, err
+	}
+	if !partitioned {
+		return &tableLayout{Kind: "plain"}, nil
+	}
+	l := &tableLayout{Kind: "partitioned", Partitions: len(parts), parts: parts}
+	var newest *partition
+	for i := range parts {
+		p := &parts[i]
+		switch {
+		case p.Default:
+			l.Default = p.Name
+		case p.From.IsZero():
+			l.Legacy = p.Name
+		default:
+			if l.Oldest == nil || p.From.Before(*l.Oldest) {
+				l.Oldest = &p.From
+			}
+			if newest == nil || p.From.After(newest.From) {
+				newest = p
+			}
+		}
+	}
+	if newest != nil {
+		l.Newest = &newest.From
+		if !newest.To.IsZero() {
+			l.Kind = periodKind(newest.To.Sub(newest.From))
+		}
+	}
+	if l.Default != "" {
+		def := pgx.Identifier{n.schema, l.Default}.Sanitize()
+		var live, dead int64
+		if err := q.QueryRow(ctx, defaultProbeSQL(def)).Scan(&live, &dead); err != nil {
+			return nil, fmt.Errorf("probe the default partition: %w", err)
+		}
+		l.DefaultRows, l.DefaultMore = min(live, defaultProbe), live > defaultProbe
+		l.DefaultDead, l.DefaultDeadMore = min(dead, defaultProbe), dead > defaultProbe
+	}
+	return l, nil
+}
+
+// defaultProbeSQL counts, up to defaultProbe+1 each, the default
+// partition's pending or published rows (rows of a period with no
+// partition: the retention leader, which creates partitions ahead, is
+// behind) and its dead letters (mostly those Maintain moved out of the
+// partitions it dropped, which belong there). Each count walks one
+// partial index of the partition and stops at the limit.
+func defaultProbeSQL(def string) string {
+	lim := strconv.Itoa(defaultProbe + 1)
+	return `SELECT (SELECT count(*) FROM (SELECT 1 FROM ` + def + ` WHERE published_at IS NULL AND dead_at IS NULL LIMIT ` + lim + `) p)
+	+ (SELECT count(*) FROM (SELECT 1 FROM ` + def + ` WHERE published_at IS NOT NULL LIMIT ` + lim + `) s),
+	(SELECT count(*) FROM (SELECT 1 FROM ` + def + ` WHERE dead_at IS NOT NULL LIMIT ` + lim + `) d)`
+}
+
+// periodKind names a partition width.
+func periodKind(d time.Duration) string {
+	switch {
+	case d == 24*time.Hour:
+		return "daily"
+	case d == time.Hour:
+		return "hourly"
+	case d > 0 && d < time.Hour && d%time.Minute == 0:
+		return strconv.Itoa(int(d/time.Minute)) + "-minute"
+	}
+	return "partitioned"
+}
+
+// pruneRange is a creation-time filter [since, until) widened to the
+// partition bounds around it: from is the greatest bound at or before
+// since, to the least at or after until (nil for none, or no such
+// bound). As conditions of the walk they prune the partitions wholly
+// outside the filter and remove no row from a partition kept, so the
+// rows the walk examines (ScanLimit) are as many as without them; only
+// the default partition, which holds any creation time, has its rows
+// outside them skipped uncounted. Widened, they never exclude a row of
+// the filter, whatever partitions were created or dropped since parts
+// was read.
+func pruneRange(parts []partition, since, until *time.Time) (from, to *time.Time) {
+	for _, p := range parts {
+		if p.Default {
+			continue
+		}
+		for _, b := range []time.Time{p.From, p.To} {
+			if b.IsZero() {
+				continue
+			}
+			if since != nil && !b.After(*since) && (from == nil || b.After(*from)) {
+				from = &b
+			}
+			if until != nil && !b.Before(*until) && (to == nil || b.Before(*to)) {
+				to = &b
+			}
+		}
+	}
+	return from, to
+}

@@ -15,7 +15,7 @@ func TestHelpListsEveryCommandAndFlag(t *testing.T) {
 		}
 	}
 	for cmd, flags := range map[string][]string{
-		"migrate":         {"--print", "--down", "--database-url", "--schema", "--table"},
+		"migrate":         {"--print", "--down", "--partitions", "--database-url", "--schema", "--table"},
 		"migrate status":  {"--json"},
 		"migrate down":    {"--to", "--yes"},
 		"relay":           {"--transport", "--qstash-url", "--qstash-token", "--destination", "--routes", "--nats-url", "--amqp-url", "--batch-size", "--concurrency", "--lease", "--publish-timeout", "--max-attempts", "--poll-interval", "--no-notify", "--log-format", "--drain"},

@@ -17,6 +17,12 @@ if missing), under an advisory lock: safe to run from every replica at once.
   outboxctl migrate                  apply every pending migration
   outboxctl migrate --print          print the SQL "migrate" runs, for your own migration tool
   outboxctl migrate --print --down   print the SQL that reverts every migration
+  outboxctl migrate --partitions daily
+                                     the partitioned layout (docs/SCHEMA.md): new tables are
+                                     created partitioned; a plain outbox table is converted
+                                     online, its rows kept, while writers and relays run
+  outboxctl migrate --print --partitions daily
+                                     print the partitioned layout's SQL (with --down, its revert)
   outboxctl migrate status [--json]  list migrations and whether each is applied
   outboxctl migrate down --to N --yes
                                      revert migrations newer than version N (0 drops every
@@ -26,17 +32,27 @@ The printed script records the versions it applies, so "migrate" and
 "migrate status" see a hand-applied script as applied.`
 
 func (a *app) cmdMigrate(ctx context.Context, args []string) error {
-	fs := a.newFlagSet("migrate", "[--print [--down]] | status | down --to N --yes", migrateHelp)
+	fs := a.newFlagSet("migrate", "[--partitions LAYOUT] [--print [--down]] | status | down --to N --yes", migrateHelp)
 	a.registerGlobals(fs)
 	printSQL := fs.Bool("print", false, "print the migration SQL instead of applying it (no database needed)")
 	down := fs.Bool("down", false, "with --print: print the script that reverts every migration")
+	partitions := registerPartitionsFlag(fs)
 	rest, err := a.parse(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
+		if flagGiven(fs, "partitions") && rest[0] != "up" && rest[0] != "apply" {
+			return usageError(fmt.Sprintf("--partitions chooses the layout migrate creates or converts to; migrate %s ignores it: drop the flag", rest[0]))
+		}
 		switch rest[0] {
 		case "up", "apply":
+			if flagGiven(fs, "partitions") {
+				if err := noArgs(fs, rest[1:]); err != nil {
+					return err
+				}
+				return a.migratePartitioned(ctx, *partitions)
+			}
 			return a.migrateUp(ctx, fs, rest[1:])
 		case "status":
 			return a.migrateStatus(ctx, rest[1:])
@@ -46,9 +62,12 @@ func (a *app) cmdMigrate(ctx context.Context, args []string) error {
 		return usageError(fmt.Sprintf("unknown migrate subcommand %q: use status or down (or no subcommand to apply)", rest[0]))
 	}
 	if *printSQL {
-		m, err := a.migrator(nil)
+		m, layout, err := a.partitionedMigrator(nil, *partitions)
 		if err != nil {
 			return err
+		}
+		if flagGiven(fs, "partitions") && layout == postgres.PartitionNone {
+			return usageError(fmt.Sprintf("--partitions %q asks for the plain layout: print without --partitions", *partitions))
 		}
 		dir := postgres.DirectionUp
 		if *down {
@@ -59,6 +78,9 @@ func (a *app) cmdMigrate(ctx context.Context, args []string) error {
 	}
 	if *down {
 		return usageError("--down only goes with --print; to revert, use `outboxctl migrate down --to N --yes`")
+	}
+	if flagGiven(fs, "partitions") {
+		return a.migratePartitioned(ctx, *partitions)
 	}
 	return a.migrateUp(ctx, fs, nil)
 }

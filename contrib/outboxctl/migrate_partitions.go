@@ -9,10 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outboxkit/core"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
-// outboxctl migrate --partitions daily|hourly: the partitioned layout
+// outboxctl migrate --partitions LAYOUT: the partitioned layout
 // (docs/SCHEMA.md, "The partitioned layout"). On a schema without the
 // outbox tables, the migrations create them partitioned; on a plain
 // outbox table, migrate converts it online (postgres.ConvertToPartitioned)
@@ -20,8 +21,12 @@ import (
 // pending. With --print, the printed script creates the partitioned
 // layout.
 
+// partitionsLayouts are the partitioned layouts ParsePartitioning reads,
+// as --partitions' help and errors name them.
+const partitionsLayouts = "daily or hourly"
+
 // partitionsFlagHelp is --partitions' text in migrate --help.
-const partitionsFlagHelp = "layout: `daily` or `hourly` partitions (default: one plain table); new tables are created partitioned, an existing plain outbox table is converted online while writers and relays run"
+const partitionsFlagHelp = "partitioned `layout`: " + partitionsLayouts + " (default: one plain table); new tables are created partitioned, an existing plain outbox table is converted online while writers and relays run; with --print, the partitioned layout's SQL"
 
 // registerPartitionsFlag adds --partitions to migrate's flag set.
 func registerPartitionsFlag(fs *flagSet) *string {
@@ -32,6 +37,10 @@ func registerPartitionsFlag(fs *flagSet) *string {
 // --partitions names (pool nil to print only).
 func (a *app) partitionedMigrator(pool *pgxpool.Pool, partitions string) (*postgres.Migrator, postgres.Partitioning, error) {
 	layout, err := postgres.ParsePartitioning(partitions)
+	var ce *core.ConfigError
+	if errors.As(err, &ce) {
+		return nil, 0, usageError("--partitions: " + ce.Reason)
+	}
 	if err != nil {
 		return nil, 0, usageError("--partitions: " + strings.TrimPrefix(err.Error(), "outboxkit: "))
 	}
@@ -45,6 +54,13 @@ func (a *app) partitionedMigrator(pool *pgxpool.Pool, partitions string) (*postg
 // migratePartitioned is "migrate --partitions": the migrations, and the
 // conversion of a plain outbox table.
 func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
+	// The flag is checked before connecting: a usage error needs no
+	// database.
+	if _, layout, err := a.partitionedMigrator(nil, partitions); err != nil {
+		return err
+	} else if layout == postgres.PartitionNone {
+		return usageError(fmt.Sprintf("--partitions %q asks for the plain layout: run migrate without --partitions (a partitioned table is not converted back)", partitions))
+	}
 	pool, err := a.connect(ctx, 0)
 	if err != nil {
 		return err
@@ -53,9 +69,6 @@ func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
 	m, layout, err := a.partitionedMigrator(pool, partitions)
 	if err != nil {
 		return err
-	}
-	if layout == postgres.PartitionNone {
-		return usageError("--partitions " + partitions + " asks for the plain layout: run migrate without --partitions")
 	}
 	applied, err := m.Up(ctx)
 	var le *postgres.LayoutError
@@ -95,9 +108,13 @@ func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
 	return nil
 }
 
+// layoutUnit names one period of layout p in the conversion's report.
 func layoutUnit(p postgres.Partitioning) string {
-	if p == postgres.PartitionHourly {
+	switch p {
+	case postgres.PartitionHourly:
 		return "hour"
+	case postgres.PartitionDaily:
+		return "day"
 	}
-	return "day"
+	return p.String() + " period"
 }

@@ -1,62 +1,203 @@
 package main
 
 import (
-	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outboxkit/internal/pgtest"
-	"github.com/outboxkit/outboxkit/postgres"
 )
 
-// migrate --partitions, called as cmdMigrate would once the flag is
-// registered (registerPartitionsFlag): new tables partitioned, a plain
-// one converted online, an unknown layout refused.
-func TestMigratePartitions(t *testing.T) {
-	t.Parallel()
-	pool := pgtest.Pool(t, 4)
-	newApp := func(schema string) (*app, *bytes.Buffer) {
-		var out, errs bytes.Buffer
-		return &app{stdout: &out, stderr: &errs, g: globals{databaseURL: pgtest.URL(), schema: schema, table: postgres.DefaultTable}}, &out
+// relkind is what pg_class says schema.table is ("r" plain, "p"
+// partitioned, "" missing).
+func relkind(t *testing.T, pool *pgxpool.Pool, schema, table string) string {
+	t.Helper()
+	var k *string
+	if err := pool.QueryRow(ctxT(t), `SELECT (SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1))`, `"`+schema+`".`+table).Scan(&k); err != nil {
+		t.Fatal(err)
 	}
-	kind := func(schema string) string {
-		var k string
-		if err := pool.QueryRow(ctxT(t), `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, `"`+schema+`".outbox_events`).Scan(&k); err != nil {
+	if k == nil {
+		return ""
+	}
+	return *k
+}
+
+// rowsByState lists a table's rows as "id state", sorted.
+func rowsByState(t *testing.T, o outbox) []string {
+	t.Helper()
+	rows, err := o.pool.Query(ctxT(t), `SELECT id::text || ' ' || CASE WHEN dead_at IS NOT NULL THEN 'dead' WHEN published_at IS NOT NULL THEN 'published' ELSE 'pending' END FROM `+o.table())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		return k
+		out = append(out, s)
 	}
-
-	fresh := pgtest.Schema(t, pool, "outboxctl_part")
-	a, out := newApp(fresh)
-	if err := a.migratePartitioned(ctxT(t), "hourly"); err != nil {
+	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if k := kind(fresh); k != "p" || !strings.Contains(out.String(), "hourly partitions for new tables") {
-		t.Fatalf("new schema: table kind %q, output %q", k, out.String())
+	slices.Sort(out)
+	return out
+}
+
+// TestMigratePartitionsNewSchema: migrate --partitions on a schema without
+// the outbox tables creates both partitioned; a second run has nothing to
+// do, and a plain migrate after it leaves the layout alone.
+func TestMigratePartitionsNewSchema(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, 4)
+	schema := pgtest.Schema(t, pool, "outboxctl_part")
+
+	r := cli(t, env(), "migrate", "--partitions", "hourly", "--schema", schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "applied 001_outbox") || !strings.Contains(r.stdout, "(hourly partitions for new tables)") {
+		t.Errorf("migrate --partitions hourly: %q", r.stdout)
 	}
-	a, out = newApp(fresh)
-	if err := a.migratePartitioned(ctxT(t), "hourly"); err != nil || !strings.Contains(out.String(), "already up to date") {
-		t.Fatalf("second run: %v, %q", err, out.String())
+	for _, table := range []string{"outbox_events", "outbox_events_processed"} {
+		if k := relkind(t, pool, schema, table); k != "p" {
+			t.Errorf("%s is of kind %q after migrate --partitions hourly, want p (partitioned)", table, k)
+		}
+	}
+	var parts int
+	if err := pool.QueryRow(ctxT(t), `SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass($1)`, `"`+schema+`".outbox_events`).Scan(&parts); err != nil || parts < 2 {
+		t.Errorf("%d partitions of the outbox table (%v), want the default one and the current hour's at least", parts, err)
 	}
 
-	plain := pgtest.Schema(t, pool, "outboxctl_plain")
-	if err := postgres.Migrate(ctxT(t), pool, &postgres.MigrateConfig{Schema: plain}); err != nil {
-		t.Fatal(err)
+	r = cli(t, env(), "migrate", "--partitions", "hourly", "--schema", schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "already up to date") {
+		t.Errorf("second migrate --partitions hourly: %q", r.stdout)
 	}
-	a, out = newApp(plain)
-	if err := a.migratePartitioned(ctxT(t), "daily"); err != nil {
-		t.Fatal(err)
+	// The subcommand spelling runs the same.
+	r = cli(t, env(), "migrate", "--partitions", "hourly", "--schema", schema, "up")
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "already up to date") {
+		t.Errorf("migrate --partitions hourly up: %q", r.stdout)
 	}
-	if k := kind(plain); k != "p" || !strings.Contains(out.String(), "converted: rows created before") || !strings.Contains(out.String(), "outbox_events_legacy") {
-		t.Fatalf("plain schema: table kind %q, output %q", k, out.String())
+	r = cli(t, env(), "migrate", "--schema", schema)
+	wantOK(t, r)
+	if k := relkind(t, pool, schema, "outbox_events"); !strings.Contains(r.stdout, "already up to date") || k != "p" {
+		t.Errorf("plain migrate on the partitioned schema: %q, table kind %q", r.stdout, k)
+	}
+	r = cli(t, env(), "migrate", "status", "--schema", schema)
+	wantOK(t, r)
+	if strings.Contains(r.stdout, "pending") {
+		t.Errorf("migrate status after migrate --partitions:\n%s", r.stdout)
+	}
+}
+
+// TestMigratePartitionsConvertsPlain: on a plain outbox table holding
+// rows, migrate --partitions converts it online and keeps every row, in
+// its state.
+func TestMigratePartitionsConvertsPlain(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	o.insertSQL(t, 3, "order.pending")
+	o.exec(t, `INSERT INTO `+o.table()+` (id, event_type, payload, created_at, published_at) SELECT gen_random_uuid(), 'order.published', '{}', now() - interval '2 days', now() - interval '1 day' FROM generate_series(1, 4)`)
+	o.exec(t, `INSERT INTO `+o.table()+` (id, event_type, payload, dead_at, last_error) SELECT gen_random_uuid(), 'order.dead', '{}', now(), 'poison' FROM generate_series(1, 2)`)
+	before := rowsByState(t, o)
+	if len(before) != 9 {
+		t.Fatalf("%d rows written, want 9", len(before))
 	}
 
-	a, _ = newApp(fresh)
-	if err := a.migratePartitioned(ctxT(t), "weekly"); err == nil || !strings.Contains(err.Error(), "weekly") {
-		t.Fatalf("--partitions weekly = %v, want a usage error naming it", err)
+	r := cli(t, env(), "migrate", "--partitions", "daily", "--schema", o.schema)
+	wantOK(t, r)
+	for _, want := range []string{"converting the plain outbox table to daily partitions", "converted: rows created before", "outbox_events_legacy", "their day's partition"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("migrate --partitions daily on a plain table: no %q in\n%s", want, r.stdout)
+		}
 	}
-	if _, _, err := a.partitionedMigrator(nil, "daily"); err != nil {
-		t.Fatalf("printing migrator: %v", err)
+	if k := relkind(t, o.pool, o.schema, "outbox_events"); k != "p" {
+		t.Errorf("the outbox table is of kind %q after the conversion, want p", k)
+	}
+	if k := relkind(t, o.pool, o.schema, "outbox_events_legacy"); k != "r" {
+		t.Errorf("the legacy partition is of kind %q, want r (the old table)", k)
+	}
+	if after := rowsByState(t, o); !slices.Equal(before, after) {
+		t.Errorf("rows changed by the conversion:\nbefore %v\nafter  %v", before, after)
+	}
+	// Converted, it is the partitioned layout: a second run has nothing
+	// to do.
+	r = cli(t, env(), "migrate", "--partitions", "daily", "--schema", o.schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "already up to date") {
+		t.Errorf("migrate --partitions daily after the conversion: %q", r.stdout)
+	}
+}
+
+// TestMigratePartitionsPrint: --print --partitions prints the partitioned
+// layout's script, without a database; applied by hand it creates the
+// partitioned tables, and migrate sees it as applied.
+func TestMigratePartitionsPrint(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.Pool(t, 4)
+	schema := pgtest.Schema(t, pool, "outboxctl_partprint")
+
+	nodb := env("DATABASE_URL=postgres://nobody@127.0.0.1:1/none")
+	plain := cli(t, nodb, "migrate", "--print", "--schema", schema)
+	wantOK(t, plain)
+	r := cli(t, nodb, "migrate", "--print", "--partitions", "daily", "--schema", schema)
+	wantOK(t, r)
+	script := r.stdout
+	if !strings.Contains(script, "PARTITION BY RANGE") || strings.Contains(plain.stdout, "PARTITION BY RANGE") {
+		t.Fatalf("migrate --print --partitions daily does not print the partitioned layout:\n%s", script)
+	}
+	conn, err := pool.Acquire(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Conn().PgConn().Exec(ctxT(t), script).ReadAll()
+	conn.Release()
+	if err != nil {
+		t.Fatalf("apply the printed script: %v", err)
+	}
+	for _, table := range []string{"outbox_events", "outbox_events_processed"} {
+		if k := relkind(t, pool, schema, table); k != "p" {
+			t.Errorf("%s is of kind %q after the printed script, want p", table, k)
+		}
+	}
+	r = cli(t, env(), "migrate", "--partitions", "daily", "--schema", schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "already up to date") {
+		t.Errorf("migrate --partitions daily after the printed script: %q", r.stdout)
+	}
+
+	r = cli(t, nodb, "migrate", "--print", "--down", "--partitions", "daily", "--schema", schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "DROP TABLE") {
+		t.Errorf("migrate --print --down --partitions daily:\n%s", r.stdout)
+	}
+}
+
+// TestMigratePartitionsUsage: what --partitions cannot mean is a usage
+// error that says what to do, before any database is touched.
+func TestMigratePartitionsUsage(t *testing.T) {
+	t.Parallel()
+	nodb := env("DATABASE_URL=postgres://nobody@127.0.0.1:1/none")
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"migrate", "--partitions", "weekly"}, []string{"--partitions", `"weekly" is not a layout`, "daily", "hourly"}},
+		{[]string{"migrate", "--print", "--partitions", "weekly"}, []string{"--partitions", `"weekly"`}},
+		{[]string{"migrate", "--partitions", "none"}, []string{"plain layout", "without --partitions"}},
+		{[]string{"migrate", "--print", "--partitions", "none"}, []string{"plain layout", "without --partitions"}},
+		{[]string{"migrate", "--partitions", "daily", "--down"}, []string{"--down only goes with --print"}},
+		{[]string{"migrate", "--partitions", "daily", "status"}, []string{"migrate status ignores it"}},
+		{[]string{"migrate", "--partitions", "daily", "down", "--to", "0", "--yes"}, []string{"migrate down ignores it"}},
+		{[]string{"migrate", "--partitions", "daily", "up", "extra"}, []string{`unexpected argument "extra"`}},
+	} {
+		r := cli(t, nodb, c.args...)
+		wantOneLineError(t, r, exitError, c.want...)
+		if strings.Contains(r.stderr, "127.0.0.1:1") {
+			t.Errorf("%v tried the database: %s", c.args, r.stderr)
+		}
 	}
 }

@@ -154,15 +154,25 @@ func (s *Store) claimQuery(ctx context.Context, req core.ClaimRequest) (claim, e
 	case !s.cfg.Ordering && s.backlog.Load():
 		q.slot = true
 	}
-	q.sql = s.claimText(q.part, q.slot, req.Destination != "")
+	q.sql = s.claimText(q.part, q.slot, req.Destination != "", fl.created)
 	if q.part {
 		q.args = append(q.args, fl.created.floor, fl.created.ceiling) // createdfloor.go
 	}
 	return q, nil
 }
 
-// claimText is the claim statement for a layout and kind.
-func (s *Store) claimText(partitioned, slot, byDestination bool) string {
+// claimText is the claim statement for a layout and kind; on the
+// partitioned layout, for the created_at range created.
+func (s *Store) claimText(partitioned, slot, byDestination bool, created createdRange) string {
+	if one := s.oneClaims(created); partitioned && one != nil {
+		switch {
+		case byDestination:
+			return one.claimDest
+		case slot:
+			return one.claimSlot
+		}
+		return one.claim
+	}
 	switch {
 	case partitioned && byDestination:
 		return s.partStmts().claimDest

@@ -22,7 +22,10 @@ import (
 // the oldest period that may hold a pending row to the end of the current
 // period, and its three scans keep to the partitions in it, pruned before
 // the statement is planned (a custom plan) or as the executor starts (a
-// generic one): the others are neither planned nor opened.
+// generic one): the others are neither planned nor opened. When the range
+// is the current period alone, as it is whenever nothing older is
+// pending, the claim runs on the period's partition itself (claimOneSQL),
+// where PostgreSQL keeps a generic plan of it.
 //
 // The range is found with each search for the claim floor from the
 // beginning (claimfloor.go: before the first claim, then every 5 s or
@@ -161,7 +164,7 @@ func (s *Store) sawCurrent(parts []PartitionInfo, now time.Time, planned []strin
 	for _, pi := range parts {
 		if !pi.Default && !pi.From.IsZero() && !pi.From.After(lag) && pi.To.After(lag) {
 			s.partYoung.Store(!slices.Contains(planned, pi.Name))
-			s.setPeriod(pi.Name)
+			s.setPeriod(pi)
 			return
 		}
 	}
@@ -171,9 +174,28 @@ func (s *Store) sawCurrent(parts []PartitionInfo, now time.Time, planned []strin
 // periodSQL is the partitioned layout's statements for one period: the
 // same texts, commented with the period's partition, so that pgx
 // prepares them anew, and PostgreSQL plans them anew, for each period.
+// one holds the claims on the period's partition itself (claimOneSQL),
+// for a created_at range of exactly [from, to).
 type periodSQL struct {
-	period string
-	sql    partSQL
+	period   string
+	from, to time.Time
+	sql      partSQL
+	one      claimTexts
+}
+
+// claimTexts are the three claim statements of one table.
+type claimTexts struct{ claim, claimDest, claimSlot string }
+
+// oneClaims is the claims on the current period's partition when the
+// created_at range r is that period alone, nil otherwise (and before the
+// store has seen a period).
+func (s *Store) oneClaims(r createdRange) *claimTexts {
+	p := s.partNow.Load()
+	if p == nil || !r.floor.Valid || r.floor.InfinityModifier != pgtype.Finite || !r.floor.Time.Equal(p.from) ||
+		!r.ceiling.Valid || r.ceiling.InfinityModifier != pgtype.Finite || !r.ceiling.Time.Equal(p.to) {
+		return nil
+	}
+	return &p.one
 }
 
 // partStmts is the partitioned layout's statements for the current
@@ -185,10 +207,11 @@ func (s *Store) partStmts() *partSQL {
 	return &s.part
 }
 
-// setPeriod makes the statements of the period whose partition is named
-// current the store's.
-func (s *Store) setPeriod(current string) {
-	if p := s.partNow.Load(); p != nil && p.period == current {
+// setPeriod makes the statements of the period of partition cur the
+// store's.
+func (s *Store) setPeriod(cur PartitionInfo) {
+	current := cur.Name
+	if p := s.partNow.Load(); p != nil && p.period == current && p.from.Equal(cur.From) && p.to.Equal(cur.To) {
 		return
 	}
 	tag := "/* outboxkit: " + current + " */\n"
@@ -197,5 +220,11 @@ func (s *Store) setPeriod(current string) {
 		&b.byTID.settle, &b.byTID.publish, &b.byTID.delete, &b.byTID.settleDelete} {
 		*q = tag + *q
 	}
-	s.partNow.Store(&periodSQL{period: current, sql: b})
+	part := pgx.Identifier{s.n.schema, current}.Sanitize()
+	one := claimTexts{
+		claim:     tag + claimOneSQL(s.n, part, s.cfg.Ordering, false),
+		claimDest: tag + claimOneSQL(s.n, part, s.cfg.Ordering, true),
+		claimSlot: tag + claimSlotOneSQL(s.n, part),
+	}
+	s.partNow.Store(&periodSQL{period: current, from: cur.From, to: cur.To, sql: b, one: one})
 }

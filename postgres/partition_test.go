@@ -422,3 +422,78 @@ func TestPartitionStatisticsEndPlanning(t *testing.T) {
 		t.Fatalf("the store still plans per execution after %v was analyzed", rep.Analyzed)
 	}
 }
+
+// A claim on a table of many partitions keeps a generic plan, as on the
+// plain layout: on the partitioned table itself PostgreSQL prices a
+// generic plan over every partition and so plans every claim anew
+// (claimOneSQL), which cost a third of the claim with 14 partitions.
+func TestPartitionedClaimKeepsAGenericPlan(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionHourly)
+	ctx := ctxT(t)
+	// Twelve past hours' partitions, each with published rows, as a
+	// table keeping half a day of events has.
+	var now time.Time
+	if err := d.pool.QueryRow(ctx, `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.parts.Create(ctx, now.Add(-12*time.Hour), now); err != nil {
+		t.Fatal(err)
+	}
+	outbox := d.table("outbox_events")
+	d.exec(t, `INSERT INTO `+outbox+` (event_type, payload, created_at, published_at)
+	SELECT 'old', '{}', now() - (i % 12 + 1) * interval '1 hour', now() FROM generate_series(1, 2400) i`)
+	d.exec(t, `INSERT INTO `+outbox+` (event_type, payload) SELECT 'new', '{}' FROM generate_series(1, 3000)`)
+	d.exec(t, `ANALYZE `+outbox)
+	if n := len(d.partitionNames(t)); n < 14 {
+		t.Fatalf("%d partitions; the test wants at least 14", n)
+	}
+
+	// One connection, so that every claim is prepared and planned there.
+	pool := pgtest.Pool(t, 1)
+	s := newStore(t, testDB{pool: pool, schema: d.schema}, postgres.Config{})
+	s.SetGrownForTest()
+	const claims = 20
+	for i := 0; i < claims; i++ {
+		b, err := s.Claim(ctx, core.ClaimRequest{Limit: 10, LeaseFor: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Events) != 10 {
+			t.Fatalf("claim %d: %d events, want 10", i, len(b.Events))
+		}
+		for _, e := range b.Events {
+			if e.Type != "new" {
+				t.Fatalf("claim %d leased a published event %s", i, e.ID)
+			}
+		}
+		if err := s.Settle(ctx, core.SettleRequest{Lease: b.Lease, Outcomes: allPublished(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each claim statement (the first claim's, then the slot claim's
+	// under the backlog): PostgreSQL makes five custom plans of a
+	// statement before it weighs the generic one.
+	rows, err := pool.Query(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements
+	WHERE statement LIKE '%SET lease_token = CASE%' AND statement NOT LIKE '%pg_prepared_statements%'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int64
+	for rows.Next() {
+		var generic, custom int64
+		if err := rows.Scan(&generic, &custom); err != nil {
+			t.Fatal(err)
+		}
+		runs += generic + custom
+		if generic+custom > 5 && custom > 5 {
+			t.Errorf("a claim statement was planned anew %d times of %d (its generic plan used %d times): it does not keep its generic plan", custom, generic+custom, generic)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if runs < claims {
+		t.Fatalf("%d executions of prepared claims seen, want %d: the claims were not prepared on this connection", runs, claims)
+	}
+}

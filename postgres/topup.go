@@ -30,7 +30,7 @@ func (s *Store) topUp(ctx context.Context, q claim, b core.Batch, dead int) core
 	}
 	rest := q
 	if q.slot {
-		rest.slot, rest.sql = false, s.claimText(q.part, false, false)
+		rest.slot, rest.sql = false, s.claimText(q.part, false, false, q.floor.created)
 	}
 	rest.limit = q.limit - len(b.Events)
 	rest.args = append([]any(nil), q.args...)

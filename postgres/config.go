@@ -207,10 +207,10 @@ type MigrateConfig struct {
 	// Defaults to "outbox_events".
 	Table string
 	// Partitions chooses the layout of tables the migrations create:
-	// PartitionNone, one plain table (the default), or PartitionDaily or
-	// PartitionHourly, the outbox table range-partitioned by created_at and
-	// the processed table by event ID, with the same columns, so writers
-	// are unchanged; Retention then retires whole partitions instead of
+	// PartitionNone, one plain table (the default), or PartitionDaily,
+	// PartitionHourly or PartitionMinutes(m) (for short retentions), the
+	// outbox table range-partitioned by created_at and the processed
+	// table by event ID, with the same columns, so writers are unchanged; Retention then retires whole partitions instead of
 	// deleting rows (docs/SCHEMA.md, "The partitioned layout"). Tables that
 	// exist keep their layout: asking for partitions on an existing plain
 	// outbox table fails with a *LayoutError, and ConvertToPartitioned
@@ -218,7 +218,8 @@ type MigrateConfig struct {
 	Partitions Partitioning
 	// PartitionsAhead is how many periods after the current one the
 	// migration creates partitions for, with the partitioned layout.
-	// Defaults to DefaultPartitionsAhead (2 days, or 4 hours).
+	// Defaults to DefaultPartitionsAhead (2 days, 4 hours, or 30
+	// minutes' worth of periods of minutes, at least 4).
 	PartitionsAhead int
 	// Logger receives a line per applied or reverted version, at info
 	// level. Defaults to slog.Default() at warn level, which leaves those

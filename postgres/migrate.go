@@ -98,7 +98,7 @@ func newMigrator(db conns, cfg *MigrateConfig) (*Migrator, error) {
 		return nil, err
 	}
 	if !c.Partitions.valid() {
-		return nil, &core.ConfigError{Field: "Partitions", Reason: c.Partitions.String() + " is not a layout: use PartitionNone, PartitionDaily or PartitionHourly"}
+		return nil, &core.ConfigError{Field: "Partitions", Reason: c.Partitions.String() + " is not a layout: use PartitionNone, " + partitionedChoices}
 	}
 	if c.PartitionsAhead < 0 {
 		return nil, &core.ConfigError{Field: "PartitionsAhead", Reason: "must not be negative (0 means the default)"}
@@ -481,12 +481,14 @@ type templateNames struct {
 
 	// The partitioned layout's (*.partitioned.up.sql): the default
 	// partitions, the headers check's name, the raw names as literals
-	// for format(), the period (date_trunc's unit, to_char's pattern of a
-	// partition's suffix) and how many periods to create after the
-	// current one.
+	// for format(), the period (its length in seconds, which the bounds
+	// are computed from, as interval text for comments, and to_char's
+	// pattern of a partition's suffix) and how many periods to create
+	// after the current one.
 	OutboxDefault, ProcessedDefault, HeadersCheck                string
 	SchemaLiteral, TableLiteral, OutboxLiteral, ProcessedLiteral string
-	PartitionUnit, PartitionStamp                                string
+	PartitionInterval, PartitionStamp                            string
+	PartitionSeconds                                             int64
 	PartitionsAhead                                              int
 }
 
@@ -525,7 +527,8 @@ func renderLayout(n names, layout Partitioning, ahead int) ([]Migration, error) 
 		OutboxDefault: pn.outboxDefault, ProcessedDefault: pn.processedDefault, HeadersCheck: pn.headersCheck,
 		SchemaLiteral: quoteLiteral(n.schema), TableLiteral: quoteLiteral(n.table),
 		OutboxLiteral: quoteLiteral(n.outbox), ProcessedLiteral: quoteLiteral(n.processed),
-		PartitionUnit: unit.unit(), PartitionStamp: unit.stamp(), PartitionsAhead: ahead,
+		PartitionInterval: unit.interval(), PartitionStamp: unit.stamp(),
+		PartitionSeconds: int64(unit.period() / time.Second), PartitionsAhead: ahead,
 	}
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,13 +20,14 @@ import (
 //
 // The outbox table is range-partitioned by created_at, the processed table
 // by event_id (the timestamp a UUID v7 starts with), both in periods of a
-// day or an hour, in UTC. Each has a default partition for rows no period
-// covers. An outbox table converted from the plain layout has one more,
-// <table>_legacy, the old table itself, covering everything created before
-// the conversion's cut-over.
+// day, an hour or a number of minutes that divides an hour, in UTC. Each
+// has a default partition for rows no period covers. An outbox table
+// converted from the plain layout has one more, <table>_legacy, the old
+// table itself, covering everything created before the conversion's
+// cut-over.
 
 // Partitioning is the layout of an outbox table: one plain table, or range
-// partitions of a day or an hour.
+// partitions of a day, an hour or some minutes (PartitionMinutes).
 type Partitioning int
 
 // Layouts.
@@ -40,7 +42,42 @@ const (
 	PartitionHourly
 )
 
-// String returns "none", "daily" or "hourly".
+// Periods of minutes are encoded as minutesBase + m, so that the named
+// layouts keep their values and any m, valid or not, can be told apart
+// from them (and printed) by valid() and String().
+const (
+	minutesBase = 1 << 20
+	minutesSpan = 1 << 19 // m is kept within (-minutesSpan, minutesSpan)
+)
+
+// PartitionMinutes partitions the outbox and processed tables in periods
+// of m minutes (UTC), m one of 1, 2, 3, 4, 5, 6, 10, 12, 15, 20 or 30: the
+// whole minutes that divide an hour, so that every hour (and day) starts a
+// period. It is for short retentions: a published event is kept until its
+// partition is dropped, between the retention and the retention plus one
+// period, so at 10 minutes' retention hourly partitions hold up to 70
+// minutes of events and 5-minute ones up to 15. Any other m makes a layout
+// that is not valid: NewMigrator, ConvertToPartitioned and the like refuse
+// it with a *core.ConfigError.
+func PartitionMinutes(m int) Partitioning {
+	return Partitioning(minutesBase + min(max(m, -minutesSpan+1), minutesSpan-1))
+}
+
+// minutes returns m of a PartitionMinutes(m) layout, valid or not, and
+// whether p is one.
+func (p Partitioning) minutes() (int, bool) {
+	if p > minutesBase-minutesSpan && p < minutesBase+minutesSpan {
+		return int(p) - minutesBase, true
+	}
+	return 0, false
+}
+
+// partitionMinuteChoices are the valid m of PartitionMinutes, as error
+// messages list them.
+const partitionMinuteChoices = "1, 2, 3, 4, 5, 6, 10, 12, 15, 20 or 30"
+
+// String returns "none", "daily", "hourly" or, for PartitionMinutes(m),
+// "<m>m" ("5m"), which ParsePartitioning reads back.
 func (p Partitioning) String() string {
 	switch p {
 	case PartitionNone:
@@ -50,12 +87,17 @@ func (p Partitioning) String() string {
 	case PartitionHourly:
 		return "hourly"
 	}
+	if m, ok := p.minutes(); ok {
+		return strconv.Itoa(m) + "m"
+	}
 	return fmt.Sprintf("Partitioning(%d)", int(p))
 }
 
-// ParsePartitioning reads "none" (or ""), "daily" or "hourly".
+// ParsePartitioning reads "none" (or ""), "daily", "hourly", or a number
+// of minutes that divides an hour: "5m", "5min", "5 minutes".
 func ParsePartitioning(s string) (Partitioning, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	switch v {
 	case "", "none", "off", "plain":
 		return PartitionNone, nil
 	case "daily", "day":
@@ -63,44 +105,83 @@ func ParsePartitioning(s string) (Partitioning, error) {
 	case "hourly", "hour":
 		return PartitionHourly, nil
 	}
-	return 0, &core.ConfigError{Field: "Partitions", Reason: fmt.Sprintf("%q is not a layout: use none, daily or hourly", s)}
+	rest := strings.TrimLeft(v, "0123456789")
+	if unit := strings.TrimSpace(rest); len(rest) < len(v) {
+		switch unit {
+		case "m", "min", "mins", "minute", "minutes":
+			m, err := strconv.Atoi(v[:len(v)-len(rest)])
+			if p := PartitionMinutes(m); err == nil && p.valid() {
+				return p, nil
+			}
+			return 0, &core.ConfigError{Field: "Partitions", Reason: fmt.Sprintf("%q is not a period of partitions: use a number of minutes that divides an hour, %s (for 60, hourly)", s, partitionMinuteChoices)}
+		}
+	}
+	return 0, &core.ConfigError{Field: "Partitions", Reason: fmt.Sprintf("%q is not a layout: use none, daily, hourly or minutes that divide an hour (5m, 5min; %s)", s, partitionMinuteChoices)}
 }
 
-func (p Partitioning) valid() bool { return p >= PartitionNone && p <= PartitionHourly }
+// partitionedChoices are the partitioned layouts, as configuration errors
+// offer them.
+const partitionedChoices = "PartitionDaily, PartitionHourly or PartitionMinutes(m) with m " + partitionMinuteChoices
+
+func (p Partitioning) valid() bool {
+	if m, ok := p.minutes(); ok {
+		return m >= 1 && m < 60 && 60%m == 0
+	}
+	return p >= PartitionNone && p <= PartitionHourly
+}
 
 // period is the width of one partition.
 func (p Partitioning) period() time.Duration {
+	if m, ok := p.minutes(); ok && p.valid() {
+		return time.Duration(m) * time.Minute
+	}
 	if p == PartitionHourly {
 		return time.Hour
 	}
 	return 24 * time.Hour
 }
 
-// unit is the period as date_trunc and interval name it.
-func (p Partitioning) unit() string {
-	if p == PartitionHourly {
-		return "hour"
+// interval is the period as a PostgreSQL interval literal's text ("1
+// day", "5 minutes"), for the migrations' comments; they compute bounds
+// from the period's seconds, which no session TimeZone can stretch.
+func (p Partitioning) interval() string {
+	switch d := p.period(); {
+	case d == 24*time.Hour:
+		return "1 day"
+	case d == time.Hour:
+		return "1 hour"
+	case d == time.Minute:
+		return "1 minute"
+	default:
+		return strconv.Itoa(int(d/time.Minute)) + " minutes"
 	}
-	return "day"
 }
 
 // stamp is the to_char pattern of a partition's name suffix, and
 // goStamp the same in Go.
 func (p Partitioning) stamp() string {
-	if p == PartitionHourly {
+	switch p.period() {
+	case 24 * time.Hour:
+		return "YYYYMMDD"
+	case time.Hour:
 		return "YYYYMMDDHH24"
 	}
-	return "YYYYMMDD"
+	return "YYYYMMDDHH24MI"
 }
 
 func (p Partitioning) goStamp() string {
-	if p == PartitionHourly {
+	switch p.period() {
+	case 24 * time.Hour:
+		return "20060102"
+	case time.Hour:
 		return "2006010215"
 	}
-	return "20060102"
+	return "200601021504"
 }
 
-// start is the beginning of the period holding t.
+// start is the beginning of the period holding t. Truncate counts from
+// the zero time, a midnight UTC, and every period divides a day, so
+// periods start on the hour (minutes) or at midnight (days), in UTC.
 func (p Partitioning) start(t time.Time) time.Time {
 	return t.UTC().Truncate(p.period())
 }
@@ -109,8 +190,17 @@ func (p Partitioning) start(t time.Time) time.Time {
 // their partitions created ahead of time, by default: the migration
 // creates them, and the retention leader keeps them there. Should no
 // leader run for longer, rows land in the default partition and are moved
-// into their period's partition when it is created.
+// into their period's partition when it is created. Daily: 2; hourly: 4;
+// periods of m minutes: enough to cover 30 minutes (ceil(30/m)), and at
+// least 4. The leader runs a pass a minute (DefaultRetentionInterval),
+// so a few periods would do while it runs; the half hour is the time a
+// leader may be missing (a deployment, a failover, passes failing on a
+// lock) before rows start to go to the default partition, where they are
+// pruned row by row and moved when their period's partition is created.
 func DefaultPartitionsAhead(p Partitioning) int {
+	if m, ok := p.minutes(); ok && p.valid() {
+		return max((30+m-1)/m, 4)
+	}
 	if p == PartitionHourly {
 		return 4
 	}
@@ -119,7 +209,10 @@ func DefaultPartitionsAhead(p Partitioning) int {
 
 // PartitionName is the name of the partition of table (an outbox table's
 // name, or "<table>_processed") that holds time t: the creation time of an
-// outbox event, the time a processed record's event ID starts with.
+// outbox event, the time a processed record's event ID starts with. The
+// name is table + "_p" + the period's start in UTC: YYYYMMDD daily,
+// YYYYMMDDHH hourly, YYYYMMDDHHMI for periods of minutes
+// ("outbox_events_p203001011205" for 12:05 to 12:10 in 5-minute periods).
 func (p Partitioning) PartitionName(table string, t time.Time) string {
 	return p.partName(table, p.start(t))
 }

@@ -82,10 +82,11 @@ type ConversionReport struct {
 }
 
 // ConvertToPartitioned converts the plain outbox table of cfg (Schema,
-// Table, Partitions: daily or hourly, PartitionsAhead) to the partitioned
-// layout while writers and relays keep running; see above for how. The
-// table must be migrated to this build's version first. Converting a
-// partitioned table does nothing and returns a report without a cut-over.
+// Table, Partitions: daily, hourly or minutes, PartitionsAhead) to the
+// partitioned layout while writers and relays keep running; see above for
+// how. The table must be migrated to this build's version first.
+// Converting a partitioned table does nothing and returns a report
+// without a cut-over.
 func ConvertToPartitioned[DB Handle](ctx context.Context, db DB, cfg *MigrateConfig) (ConversionReport, error) {
 	h, _, err := openHandle(db, "db")
 	if err != nil {
@@ -97,7 +98,7 @@ func ConvertToPartitioned[DB Handle](ctx context.Context, db DB, cfg *MigrateCon
 	}
 	c = c.WithDefaults()
 	if c.Partitions == PartitionNone || !c.Partitions.valid() {
-		return ConversionReport{}, &core.ConfigError{Field: "Partitions", Reason: "says which layout to convert to: PartitionDaily or PartitionHourly"}
+		return ConversionReport{}, &core.ConfigError{Field: "Partitions", Reason: "says which layout to convert to: " + partitionedChoices}
 	}
 	n, err := newNames(c.Schema, c.Table)
 	if err != nil {

@@ -42,7 +42,8 @@ type PartitionsConfig struct {
 
 	// Ahead is how many periods after the current one keep their
 	// partitions created. Defaults to DefaultPartitionsAhead of the
-	// table's period (2 days, or 4 hours).
+	// table's period (2 days, 4 hours, or 30 minutes' worth of periods of
+	// minutes, at least 4).
 	Ahead int
 
 	// LockTimeout bounds each wait for the lock of one partition's attach
@@ -278,13 +279,25 @@ WHERE i.inhparent = to_regclass($1)`, t.qualified)
 	t.layout = PartitionDaily
 	for i := len(t.parts) - 1; i >= 0; i-- {
 		if pi := t.parts[i]; !pi.Default && !pi.From.IsZero() && !pi.To.IsZero() {
-			if pi.To.Sub(pi.From) == time.Hour {
-				t.layout = PartitionHourly
-			}
+			t.layout = layoutOfPeriod(pi.To.Sub(pi.From))
 			break
 		}
 	}
 	return t, nil
+}
+
+// layoutOfPeriod is the layout whose partitions are d wide: daily for a
+// width no layout has (a partition someone created by hand).
+func layoutOfPeriod(d time.Duration) Partitioning {
+	switch {
+	case d == time.Hour:
+		return PartitionHourly
+	case d > 0 && d < time.Hour && d%time.Minute == 0:
+		if p := PartitionMinutes(int(d / time.Minute)); p.valid() {
+			return p
+		}
+	}
+	return PartitionDaily
 }
 
 // Create creates the partitions that cover [from, to) and do not exist

@@ -52,18 +52,22 @@ CREATE INDEX IF NOT EXISTS {{.DeadIndex}} ON {{.Outbox}} (id)
 CREATE TABLE IF NOT EXISTS {{.OutboxDefault}} PARTITION OF {{.Outbox}} (PRIMARY KEY (id)) DEFAULT
     WITH (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.02);
 
--- The current period and the next ones ({{.PartitionUnit}} partitions,
+-- The current period and the next ones (partitions of {{.PartitionInterval}},
 -- bounds in UTC); the retention leader keeps creating them ahead
--- (postgres.Partitions). fillfactor as the plain layout's after migration
--- 004: room for the lease and settlement versions of each row.
+-- (postgres.Partitions). The bounds are multiples of the period's seconds
+-- since the epoch, which no session TimeZone moves (a day added as an
+-- interval would follow its daylight saving time). fillfactor as the
+-- plain layout's after migration 004: room for the lease and settlement
+-- versions of each row.
 DO $outboxkit$
 DECLARE
+    cur int8 := floor(extract(epoch FROM now()) / {{.PartitionSeconds}})::int8;
     lo timestamptz;
 BEGIN
     FOR i IN 0..{{.PartitionsAhead}} LOOP
-        lo := date_trunc('{{.PartitionUnit}}', now(), 'UTC') + i * interval '1 {{.PartitionUnit}}';
+        lo := to_timestamp((cur + i) * {{.PartitionSeconds}});
         EXECUTE format('CREATE TABLE IF NOT EXISTS %I.%I PARTITION OF %s (PRIMARY KEY (id)) FOR VALUES FROM (%L) TO (%L) WITH (fillfactor = 40, autovacuum_vacuum_scale_factor = 0.02)',
             {{.SchemaLiteral}}, {{.TableLiteral}} || '_p' || to_char(lo AT TIME ZONE 'UTC', '{{.PartitionStamp}}'), {{.OutboxLiteral}},
-            lo, lo + interval '1 {{.PartitionUnit}}');
+            lo, to_timestamp((cur + i + 1) * {{.PartitionSeconds}}));
     END LOOP;
 END $outboxkit$;

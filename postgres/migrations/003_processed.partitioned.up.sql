@@ -3,10 +3,11 @@
 -- the primary key must hold the partition key, and the event ID is the
 -- one column of the key that says when: a UUID v7 (core.NewID) starts
 -- with its millisecond timestamp, so each partition covers the events
--- created in one {{.PartitionUnit}} (UTC). The key stays (consumer, event_id), so a
--- redelivery finds its record whenever it comes. Other IDs (random UUIDs,
--- a plain-SQL writer's gen_random_uuid()) fall where their first bytes
--- say, mostly in the default partition.
+-- created in one period ({{.PartitionInterval}}, UTC). The key stays
+-- (consumer, event_id), so a redelivery finds its record whenever it
+-- comes. Other IDs (random UUIDs, a plain-SQL writer's
+-- gen_random_uuid()) fall where their first bytes say, mostly in the
+-- default partition.
 CREATE TABLE IF NOT EXISTS {{.Processed}} (
     consumer     text        NOT NULL,
     event_id     uuid        NOT NULL,
@@ -20,15 +21,16 @@ CREATE INDEX IF NOT EXISTS {{.ProcessedIndex}} ON {{.Processed}} (processed_at);
 
 CREATE TABLE IF NOT EXISTS {{.ProcessedDefault}} PARTITION OF {{.Processed}} DEFAULT;
 
+-- The bounds as migration 001's: multiples of the period's seconds since
+-- the epoch, as the smallest UUID v7 of their millisecond.
 DO $outboxkit$
 DECLARE
-    lo timestamptz;
+    cur int8 := floor(extract(epoch FROM now()) / {{.PartitionSeconds}})::int8;
 BEGIN
     FOR i IN 0..{{.PartitionsAhead}} LOOP
-        lo := date_trunc('{{.PartitionUnit}}', now(), 'UTC') + i * interval '1 {{.PartitionUnit}}';
         EXECUTE format('CREATE TABLE IF NOT EXISTS %I.%I PARTITION OF %s FOR VALUES FROM (%L) TO (%L)',
-            {{.SchemaLiteral}}, {{.TableLiteral}} || '_processed_p' || to_char(lo AT TIME ZONE 'UTC', '{{.PartitionStamp}}'), {{.ProcessedLiteral}},
-            rpad(lpad(to_hex((extract(epoch FROM lo) * 1000)::int8), 12, '0'), 32, '0')::uuid,
-            rpad(lpad(to_hex((extract(epoch FROM lo + interval '1 {{.PartitionUnit}}') * 1000)::int8), 12, '0'), 32, '0')::uuid);
+            {{.SchemaLiteral}}, {{.TableLiteral}} || '_processed_p' || to_char(to_timestamp((cur + i) * {{.PartitionSeconds}}) AT TIME ZONE 'UTC', '{{.PartitionStamp}}'), {{.ProcessedLiteral}},
+            rpad(lpad(to_hex((cur + i) * {{.PartitionSeconds}} * 1000), 12, '0'), 32, '0')::uuid,
+            rpad(lpad(to_hex((cur + i + 1) * {{.PartitionSeconds}} * 1000), 12, '0'), 32, '0')::uuid);
     END LOOP;
 END $outboxkit$;

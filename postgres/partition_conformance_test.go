@@ -24,7 +24,8 @@ import (
 var suiteT0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
 
 // partitionedSchema returns a fresh schema migrated with the layout, with
-// partitions covering a day around suiteT0 besides those of now.
+// partitions covering five hours around suiteT0 (five periods, for
+// periods of minutes) besides those of now.
 func partitionedSchema(t testing.TB, pool *pgxpool.Pool, layout postgres.Partitioning) string {
 	t.Helper()
 	schema := pgtest.Schema(t, pool, "pgpart")
@@ -35,7 +36,13 @@ func partitionedSchema(t testing.TB, pool *pgxpool.Pool, layout postgres.Partiti
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Create(ctxT(t), suiteT0.Add(-2*time.Hour), suiteT0.Add(3*time.Hour)); err != nil {
+	from, to := suiteT0.Add(-2*time.Hour), suiteT0.Add(3*time.Hour)
+	if layout != postgres.PartitionDaily && layout != postgres.PartitionHourly {
+		// Periods of minutes: as many as hourly's five, the suites' rows
+		// being seconds from suiteT0.
+		from, to = suiteT0.Add(-10*time.Minute), suiteT0.Add(15*time.Minute)
+	}
+	if _, err := p.Create(ctxT(t), from, to); err != nil {
 		t.Fatalf("create the suites' partitions: %v", err)
 	}
 	return schema
@@ -79,6 +86,7 @@ func TestStoreConformancePartitioned(t *testing.T) {
 		// settlements pipelined with the next claim), one period each.
 		{"daily", postgres.PartitionDaily, false},
 		{"hourly-grown", postgres.PartitionHourly, true},
+		{"5m", postgres.PartitionMinutes(5), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // TestMain doubles as the relay process of the scale-out workload: the
@@ -487,12 +488,19 @@ func TestParseOptions(t *testing.T) {
 	if !o.has("drain") || !o.has("write") || o.has("latency") || o.reps != 5 || len(o.batches) != 2 || o.batches[0] != 50 {
 		t.Errorf("parsed %+v", o)
 	}
+	if o.soakParts != postgres.PartitionMinutes(5) {
+		t.Errorf("-soak-partitions defaults to %v, want 5m", o.soakParts)
+	}
+	if o, err := parseOptions([]string{"-soak-partitions", "hourly"}, &stderr); err != nil || o.soakParts != postgres.PartitionHourly {
+		t.Errorf("-soak-partitions hourly: %v, %v", o, err)
+	}
 	for _, bad := range [][]string{{"-workloads", "soak"}, {"-batches", "0"}, {"-reps", "0"}, {"extra"},
 		{"-river-workers", "0"}, {"-river-cooldown", "0s"}, {"-river-cooldown", "20ms", "-river-poll", "10ms"},
 		{"-idle-duration", "500ms"}, {"-growth-retained", "0"}, {"-growth-events", "-1"},
 		{"-workloads", "growth", "-events", "5000", "-growth-events", "5000"},
 		{"-consumer-rates", "0"}, {"-consumer-duration", "0s"}, {"-consumer-closed", "0"}, {"-consumer-senders", "0"},
-		{"-consumer-rates", "1", "-consumer-duration", "500ms"}} {
+		{"-consumer-rates", "1", "-consumer-duration", "500ms"},
+		{"-soak-partitions", "7m"}, {"-soak-partitions", "none"}} {
 		if _, err := parseOptions(bad, &stderr); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // defaultDSN is the local server CI starts (trust authentication).
@@ -48,11 +50,13 @@ type options struct {
 	growthRetained int
 	// The partitions workload's published rows kept, over how many days,
 	// its latency rate and the rows of the day it retires; the soak's
-	// length, rate and retention (partitions.go, partition_soak.go).
+	// length, rate, retention and partitioned layout (partitions.go,
+	// partition_soak.go).
 	partRetained, partDays, partRate, partRetire int
 	partSkip                                     []string // phases to leave out: drain, latency, retire
 	soakFor, soakRetain                          time.Duration
 	soakRate                                     int
+	soakParts                                    postgres.Partitioning
 	// The consumer workload (consumer.go): paced rates, each run's
 	// length, the paced runs' senders and the closed loop's.
 	consumerRates   []int
@@ -115,6 +119,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.soakFor, "soak-duration", 30*time.Minute, "length of each layout's run in the partition-soak workload")
 	fs.IntVar(&o.soakRate, "soak-rate", 2000, "events/s written and relayed in the partition-soak workload")
 	fs.DurationVar(&o.soakRetain, "soak-retention", 10*time.Minute, "RetainPublished of the partition-soak workload's Retention")
+	soakParts := fs.String("soak-partitions", "5m", "the partitioned layout the partition-soak workload runs beside the plain one: daily, hourly or minutes that divide an hour (5m)")
 	fs.StringVar(&consumerRates, "consumer-rates", "1000", "deliveries/s of the consumer workload's paced runs")
 	fs.DurationVar(&o.consumerFor, "consumer-duration", 10*time.Second, "length of each paced consumer run; the closed-loop run sends as many deliveries as the fastest")
 	fs.IntVar(&o.consumerSenders, "consumer-senders", 16, "concurrent senders (keep-alive connections) of the consumer workload's paced runs")
@@ -156,6 +161,12 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		o.workloads = append(o.workloads, w)
 	}
 	o.partSkip = splitList(*partSkip)
+	if o.soakParts, err = postgres.ParsePartitioning(*soakParts); err != nil {
+		return nil, fmt.Errorf("-soak-partitions: %w", err)
+	}
+	if o.soakParts == postgres.PartitionNone {
+		return nil, fmt.Errorf("-soak-partitions %q: name a partitioned layout (daily, hourly, 5m); the soak runs the plain table beside it", *soakParts)
+	}
 	if o.batches, err = intList("batches", batches); err != nil {
 		return nil, err
 	}

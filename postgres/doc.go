@@ -294,14 +294,16 @@
 //     the same deletion for a cron job. The table and its primary key stay
 //     small; the pending index never holds published rows, so claims do
 //     not slow down with history either way.
-//   - The partitioned layout (MigrateConfig.Partitions: PartitionDaily or
-//     PartitionHourly; ConvertToPartitioned converts a plain table
-//     online) retires a whole period at once: the same Retention, as
-//     leader, creates the periods ahead and drops a partition once
-//     nothing in it is pending and everything was published before the
-//     horizon, its dead letters moved to the default partition first
-//     (Partitions). A drop costs the same whatever the partition held and
-//     leaves no dead rows; a claim costs a little more per period kept.
+//   - The partitioned layout (MigrateConfig.Partitions: PartitionDaily,
+//     PartitionHourly or, for retentions of minutes, PartitionMinutes(m);
+//     ConvertToPartitioned converts a plain table online) retires a whole
+//     period at once, keeping events up to one period past the retention:
+//     the same Retention, as leader, creates the periods ahead and drops
+//     a partition once nothing in it is pending and everything was
+//     published before the horizon, its dead letters moved to the default
+//     partition first (Partitions). A drop costs the same whatever the
+//     partition held and leaves no dead rows; a claim costs a little more
+//     per period kept, so keep retention / period modest.
 //     docs/SCHEMA.md, "The partitioned layout", says what differs.
 //   - The table has fillfactor 40 (migration 004) so every lease update
 //     stays on its page: touching no indexed column, it is then a HOT update

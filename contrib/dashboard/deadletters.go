@@ -300,6 +300,10 @@ type confirmData struct {
 	Action action
 	Group  *dlGroup
 	Count  int
+	// Shared counts the rows beyond the first holding one ID (the
+	// partitioned layout's IDs are unique per partition only): counted
+	// in Count, and acted on too.
+	Shared int
 	IDs    string // comma-separated, for the apply form
 	Back   string
 	CSRF   string
@@ -321,13 +325,20 @@ func (h *handler) confirmAction(w http.ResponseWriter, r *http.Request) {
 		a.IDs = nil
 	}
 	ids, g, err := h.resolve(r.Context(), t, a)
+	if err == nil && g != nil && len(ids) > 0 {
+		// Count the rows the apply will act on: those holding the
+		// group's IDs, which on the partitioned layout may be more than
+		// the group's members (an ID reused in another partition).
+		ids, _, err = h.resolve(r.Context(), t, action{Verb: a.Verb, Scope: "selection", IDs: ids})
+	}
 	if err != nil {
 		h.errorPage(w, r, http.StatusBadGateway, "Reading the dead letters failed: "+redactText(err.Error()))
 		return
 	}
-	d := confirmData{Target: t, Action: a, Group: g, Count: len(ids), CSRF: h.csrf.token(w, r),
+	distinct := slices.Compact(slices.Sorted(slices.Values(ids)))
+	d := confirmData{Target: t, Action: a, Group: g, Count: len(ids), Shared: len(ids) - len(distinct), CSRF: h.csrf.token(w, r),
 		Back: h.cfg.BasePath + "/deadletters?" + url.Values{"t": {strconv.Itoa(t.idx)}}.Encode()}
-	d.IDs = strings.Join(ids, ",")
+	d.IDs = strings.Join(distinct, ",")
 	if g != nil {
 		d.Back = h.cfg.BasePath + "/deadletters/group?" + url.Values{"t": {strconv.Itoa(t.idx)}, "g": {g.Key}}.Encode()
 	}

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outboxkit/outboxkit/core"
@@ -332,6 +333,9 @@ type eventData struct {
 	Live     bool // the lease is live
 	CSRF     string
 	ReadOnly bool
+	// Copies are the rows holding the ID when there are several (the
+	// partitioned layout's IDs are unique per partition only).
+	Copies []eventCopy
 }
 
 // traceparent is W3C trace context: version-traceid-spanid-flags.
@@ -348,7 +352,32 @@ func (h *handler) eventPage(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, http.StatusBadRequest, "That is not an event ID (a UUID such as 0190f1a2-7b3c-7d4e-8f90-a1b2c3d4e5f6).")
 		return
 	}
-	rec, err := t.store.Get(r.Context(), id)
+	copies, err := readCopies(r.Context(), t, id)
+	if err != nil {
+		h.log.Error("dashboard event", "table", t.Label(), "err", redactText(err.Error()))
+		h.errorPage(w, r, http.StatusBadGateway, "Reading the event failed: "+redactText(err.Error()))
+		return
+	}
+	var rec postgres.Record
+	switch len(copies) {
+	case 0:
+		err = postgres.ErrNotFound
+	case 1:
+		rec, err = t.store.Get(r.Context(), id)
+	default:
+		// One ID in several partitions: show one row, never a mix.
+		shown := 0
+		for i, c := range copies {
+			if c.Created() == r.URL.Query().Get("created") {
+				shown = i
+			}
+		}
+		copies[shown].Shown = true
+		rec, err = readCopy(r.Context(), t, id, copies[shown].CreatedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = postgres.ErrNotFound
+		}
+	}
 	if errors.Is(err, postgres.ErrNotFound) {
 		h.errorPage(w, r, http.StatusNotFound, fmt.Sprintf("No event %s in %s.", id, t.Label()))
 		return
@@ -360,6 +389,9 @@ func (h *handler) eventPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d := eventData{Target: t, Rec: rec, State: string(rec.State), LastErr: redactText(rec.LastError), Dest: redactText(rec.Destination),
 		Live: rec.State == postgres.StateLeased, ReadOnly: h.cfg.ReadOnly}
+	if len(copies) > 1 {
+		d.Copies = copies
+	}
 	for _, k := range slices.Sorted(maps.Keys(rec.Headers)) {
 		v := rec.Headers[k]
 		if h.redact.MatchString(k) {

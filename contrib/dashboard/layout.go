@@ -54,6 +54,29 @@ type tableLayout struct {
 // Partitioned is whether the table is partitioned.
 func (l *tableLayout) Partitioned() bool { return l != nil && l.Kind != "plain" }
 
+// Label names the layout for the overview.
+func (l *tableLayout) Label() string {
+	switch l.Kind {
+	case "plain":
+		return "plain (one table)"
+	case "partitioned":
+		return "partitioned by created_at"
+	}
+	return l.Kind + " partitions"
+}
+
+// Period formats a period's start: a day, or a time of day for shorter
+// periods (UTC).
+func (l *tableLayout) Period(t *time.Time) string {
+	if t == nil {
+		return "–"
+	}
+	if l.Kind == "daily" {
+		return t.UTC().Format("2006-01-02")
+	}
+	return t.UTC().Format("2006-01-02 15:04")
+}
+
 // defaultProbe bounds the count of the default partition's rows: the
 // overview says "at least" past it, and reads no more.
 const defaultProbe = 1000

@@ -72,7 +72,10 @@ type targetOverview struct {
 	PublishedHour    int64       `json:"published_last_hour"`
 	Destinations     []destStats `json:"destinations"`
 	Chart            series      `json:"chart"`
-	Error            string      `json:"error,omitempty"`
+	// Layout is the table's layout: plain or partitioned, with its
+	// partitions and the default partition's rows.
+	Layout *tableLayout `json:"layout,omitempty"`
+	Error  string       `json:"error,omitempty"`
 	// Doctor lists the warnings and critical findings of the table's
 	// last cheap doctor run (doctor.go).
 	Doctor []postgres.Finding `json:"doctor,omitempty"`
@@ -129,7 +132,7 @@ func (t *target) withDoctor(ov *targetOverview, findings []postgres.Finding) *ta
 	return &c
 }
 
-// readOverview runs the overview's three statements at once, each on a
+// readOverview runs the overview's four statements at once, each on a
 // connection of its own.
 func (t *target) readOverview(ctx context.Context) (*targetOverview, error) {
 	started := time.Now()
@@ -170,7 +173,8 @@ func (t *target) readOverview(ctx context.Context) (*targetOverview, error) {
 		pend      []pendingRow
 		dead      []deadRow
 		hist      []histRow
-		errs      [3]error
+		layout    *tableLayout
+		errs      [4]error
 		wg        sync.WaitGroup
 		queryRows = func(i int, sql string, args []any, scan func(func(...any) error) error) {
 			rows, err := t.Pool.Query(ctx, sql, args...)
@@ -212,14 +216,15 @@ func (t *target) readOverview(ctx context.Context) (*targetOverview, error) {
 			return err
 		})
 	})
+	wg.Go(func() { layout, errs[3] = readLayout(ctx, t.Pool, t.n) })
 	wg.Wait()
-	for i, what := range []string{"count pending events", "count dead letters", "read the last hour's published events"} {
+	for i, what := range []string{"count pending events", "count dead letters", "read the last hour's published events", "read the table's layout"} {
 		if errs[i] != nil {
 			return nil, fmt.Errorf("%s: %w", what, errs[i])
 		}
 	}
 
-	ov := &targetOverview{Index: t.idx, Label: t.Label(), Database: t.Name, Schema: t.Schema, Table: t.Table, Inbox: t.Inbox, At: now}
+	ov := &targetOverview{Index: t.idx, Label: t.Label(), Database: t.Name, Schema: t.Schema, Table: t.Table, Inbox: t.Inbox, At: now, Layout: layout}
 	for _, r := range pend {
 		d := dest(r.dest)
 		d.Pending, d.Leased = r.pending, r.lease

@@ -26,7 +26,15 @@ func standardSeed(t testing.TB, db testDB) {
 
 func TestPagesRender(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
+	for _, layout := range layouts {
+		t.Run(layout.String(), func(t *testing.T) {
+			t.Parallel()
+			pagesRender(t, newDBLayout(t, layout))
+		})
+	}
+}
+
+func pagesRender(t *testing.T, db testDB) {
 	standardSeed(t, db)
 	srv, _ := newServer(t, db, nil)
 	c := srv.Client()

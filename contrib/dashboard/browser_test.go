@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // The browser tests drive Debian's Chromium (never a downloaded browser)
@@ -345,10 +348,38 @@ func deadCount(t *testing.T, db testDB) int {
 	return n
 }
 
+// TestBrowserDeadLettersReplayAndPurge runs on the plain layout and on
+// daily partitions, with the group's dead letters in two of them.
 func TestBrowserDeadLettersReplayAndPurge(t *testing.T) {
 	t.Parallel()
-	db := newDB(t)
+	for _, layout := range []postgres.Partitioning{postgres.PartitionNone, postgres.PartitionDaily} {
+		t.Run(layout.String(), func(t *testing.T) {
+			t.Parallel()
+			browserDeadLettersReplayAndPurge(t, newDBLayout(t, layout))
+		})
+	}
+}
+
+func browserDeadLettersReplayAndPurge(t *testing.T, db testDB) {
 	standardSeed(t, db)
+	// The docs' screenshots are the plain layout's.
+	screenshot := func(t *testing.T, ctx context.Context, name string) {
+		if db.layout == postgres.PartitionNone {
+			screenshot(t, ctx, name)
+		}
+	}
+	if db.layout != postgres.PartitionNone {
+		var id string
+		if err := db.pool.QueryRow(ctxT(t), `SELECT id::text FROM `+db.schema+`.outbox_events WHERE event_type = 'invoice.sent' ORDER BY id LIMIT 1`).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		parsed, _ := core.ParseID(id)
+		db.moveCreated(t, 25*time.Hour, parsed)
+		var parts int
+		if err := db.pool.QueryRow(ctxT(t), `SELECT count(DISTINCT tableoid) FROM `+db.schema+`.outbox_events WHERE event_type = 'invoice.sent'`).Scan(&parts); err != nil || parts != 2 {
+			t.Fatalf("the group's dead letters are in %d partitions (%v), want 2", parts, err)
+		}
+	}
 	srv, logs := newServer(t, db, nil)
 	ctx := browser(t, "")
 	do(t, ctx, "load the dead letters", chromedp.Navigate(srv.URL+"/deadletters"), chromedp.WaitVisible(css("table.groups")))

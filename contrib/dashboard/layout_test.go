@@ -389,3 +389,100 @@ func TestDuplicateIDAcrossPartitions(t *testing.T) {
 		t.Errorf("%d dead letters left", dead)
 	}
 }
+
+// TestOverviewWarnsOfDefaultPartitionRows: rows of a period with no
+// partition land in the default partition; the overview counts them and
+// warns, dead letters there aside (Maintain moves those of dropped
+// partitions there).
+func TestOverviewWarnsOfDefaultPartitionRows(t *testing.T) {
+	t.Parallel()
+	db := newDBLayout(t, postgres.PartitionHourly)
+	tbl := pgx.Identifier{db.schema, postgres.DefaultTable}.Sanitize()
+	if _, err := db.pool.Exec(ctxT(t), `INSERT INTO `+tbl+` (event_type, payload, created_at, dead_at) VALUES
+('far.future', '{}', now() + interval '30 days', NULL), ('far.past', '{}', now() - interval '30 days', NULL), ('old.dead', '{}', now() - interval '40 days', now())`); err != nil {
+		t.Fatal(err)
+	}
+	srv, _ := newServer(t, db, nil)
+	var ov overview
+	_, body := get(t, srv.Client(), srv.URL+"/api/overview")
+	if err := json.Unmarshal([]byte(body), &ov); err != nil {
+		t.Fatal(err)
+	}
+	l := ov.Targets[0].Layout
+	if l == nil || l.Kind != "hourly" || l.Default != "outbox_events_default" || l.DefaultRows != 2 || l.DefaultDead != 1 || l.DefaultMore {
+		t.Fatalf("layout %+v, want hourly with 2 rows and 1 dead letter in outbox_events_default", l)
+	}
+	_, page := get(t, srv.Client(), srv.URL+"/")
+	for _, want := range []string{`data-f="default-rows"`, "Partition maintenance is behind", "2 pending or published event(s)", "retention leader", "1 dead letter(s)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the overview lacks %q:\n%s", want, page)
+		}
+	}
+}
+
+// TestLayoutOfOtherWidths: partitions of a width outboxkit does not
+// create (a table partitioned by hand) are named by their width.
+func TestLayoutOfOtherWidths(t *testing.T) {
+	t.Parallel()
+	db := newDB(t)
+	ctx := ctxT(t)
+	tbl := pgx.Identifier{db.schema, "quarters"}.Sanitize()
+	stmts := []string{`CREATE TABLE ` + tbl + ` (id uuid NOT NULL, created_at timestamptz NOT NULL, published_at timestamptz, dead_at timestamptz) PARTITION BY RANGE (created_at)`,
+		`CREATE TABLE ` + pgx.Identifier{db.schema, "quarters_a"}.Sanitize() + ` PARTITION OF ` + tbl + ` FOR VALUES FROM ('2026-01-01 00:00Z') TO ('2026-01-01 00:15Z')`,
+		`CREATE TABLE ` + pgx.Identifier{db.schema, "quarters_b"}.Sanitize() + ` PARTITION OF ` + tbl + ` FOR VALUES FROM ('2026-01-01 00:15Z') TO ('2026-01-01 00:30Z')`,
+		`CREATE TABLE ` + pgx.Identifier{db.schema, "quarters_old"}.Sanitize() + ` PARTITION OF ` + tbl + ` FOR VALUES FROM (MINVALUE) TO ('2026-01-01 00:00Z')`,
+	}
+	for _, s := range stmts {
+		if _, err := db.pool.Exec(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := readLayout(ctx, db.pool, newTableNames(db.schema, "quarters"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Kind != "15-minute" || l.Partitions != 3 || l.Legacy != "quarters_old" || l.Default != "" ||
+		l.Oldest == nil || !l.Oldest.Equal(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) || !l.Newest.Equal(time.Date(2026, 1, 1, 0, 15, 0, 0, time.UTC)) {
+		t.Errorf("layout %+v", l)
+	}
+	if got := l.Period(l.Newest); got != "2026-01-01 00:15" {
+		t.Errorf("the newest period reads %q", got)
+	}
+	if l, err := readLayout(ctx, db.pool, newTableNames(db.schema, "outbox_events")); err != nil || l.Kind != "plain" || l.Partitioned() {
+		t.Errorf("the plain table's layout: %+v %v", l, err)
+	}
+}
+
+// TestPruneRange: the filter widened to the partition bounds around it,
+// none where a partition from MINVALUE (legacy) would be cut.
+func TestPruneRange(t *testing.T) {
+	t.Parallel()
+	day := func(d int) time.Time { return time.Date(2026, 12, d, 0, 0, 0, 0, time.UTC) }
+	at := func(d, h int) *time.Time { v := day(d).Add(time.Duration(h) * time.Hour); return &v }
+	parts := []partition{
+		{Name: "legacy", To: day(2)},
+		{Name: "p2", From: day(2), To: day(3)},
+		// day 3 dropped: a gap
+		{Name: "p4", From: day(4), To: day(5)},
+		{Name: "p5", From: day(5), To: day(6)},
+		{Name: "default", Default: true},
+	}
+	for _, tc := range []struct {
+		name         string
+		since, until *time.Time
+		from, to     *time.Time
+	}{
+		{"inside a period", at(4, 10), at(5, 3), at(4, 0), at(6, 0)},
+		{"on a bound", at(4, 0), at(5, 0), at(4, 0), at(5, 0)},
+		{"in a gap", at(3, 12), nil, at(3, 0), nil},
+		{"in the legacy range", at(1, 12), at(1, 13), nil, at(2, 0)},
+		{"after every period", at(7, 0), at(8, 0), at(6, 0), nil},
+		{"none", nil, nil, nil, nil},
+	} {
+		from, to := pruneRange(parts, tc.since, tc.until)
+		eq := func(a, b *time.Time) bool { return (a == nil) == (b == nil) && (a == nil || a.Equal(*b)) }
+		if !eq(from, tc.from) || !eq(to, tc.to) {
+			t.Errorf("%s: [%v, %v), want [%v, %v)", tc.name, from, to, tc.from, tc.to)
+		}
+	}
+}

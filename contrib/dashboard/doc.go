@@ -35,4 +35,17 @@
 // table of a thousand events or of a billion; the overview reads the
 // pending and dead-lettered rows and the last hour's published ones
 // (docs/DASHBOARD.md has the figures).
+//
+// # Partitioned tables
+//
+// On the partitioned layout (postgres.MigrateConfig.Partitions) the same
+// walks are a merge of each partition's copy of the index, and a
+// creation-time filter first reads the partition bounds from the catalog
+// so that the partitions wholly outside it are pruned. The overview shows
+// each table's layout: its partitions, their oldest and newest period,
+// and the default partition's rows, whose pending or published ones mean
+// the retention leader has not created their periods' partitions. An ID
+// is unique per partition only there: the event page of an ID that two
+// rows hold shows one of them and links the other, and a confirmation
+// counts every dead-lettered row an action on its IDs touches.
 package dashboard

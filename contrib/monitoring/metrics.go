@@ -74,6 +74,13 @@ func Metrics() []Metric {
 		{Name: "outboxctl_retention_last_pass_timestamp_seconds", Type: "gauge", Instrument: "outboxctl.retention.last_pass.timestamp", Unit: "s", Service: true},
 		{Name: "outboxctl_retention_passes_total", Type: "counter", Instrument: "outboxctl.retention.passes", Unit: "{pass}", Service: true,
 			Labels: []string{"result"}},
+		// The partitioned layout only (docs/SCHEMA.md): what the leader's
+		// partition maintenance did, and how far ahead partitions exist
+		// (every relay of the table reports it, read from the catalog).
+		{Name: "outboxctl_retention_partitions_created_total", Type: "counter", Instrument: "outboxctl.retention.partitions.created", Unit: "{partition}", Service: true},
+		{Name: "outboxctl_retention_partitions_dropped_total", Type: "counter", Instrument: "outboxctl.retention.partitions.dropped", Unit: "{partition}", Service: true},
+		{Name: "outboxctl_retention_dead_letters_moved_total", Type: "counter", Instrument: "outboxctl.retention.dead_letters_moved", Unit: "{event}", Service: true},
+		{Name: "outboxctl_partitions_ahead_seconds", Type: "gauge", Instrument: "outboxctl.partitions.ahead", Unit: "s", Service: true},
 		// Per process and dependency rather than per tenant: they carry
 		// no (or not all of the) tenant labels.
 		{Name: "outboxctl_ready", Type: "gauge", Instrument: "outboxctl.ready", Service: true, NoTenant: true},

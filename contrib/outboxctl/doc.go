@@ -96,6 +96,10 @@
 //	outboxctl_retention_passes_total                  counter per tenant, result=ok|failed
 //	outboxctl_retention_backlog_seconds               gauge per tenant, kind (the leader's)
 //	outboxctl_retention_last_pass_timestamp_seconds   gauge per tenant
+//	outboxctl_retention_partitions_created_total      counter per tenant (partitioned layout)
+//	outboxctl_retention_partitions_dropped_total      counter per tenant (partitioned layout)
+//	outboxctl_retention_dead_letters_moved_total      counter per tenant (partitioned layout)
+//	outboxctl_partitions_ahead_seconds                gauge per tenant: until the newest partition ends
 //
 // plus target_info and the Go and process collectors (go_*, process_*).
 //

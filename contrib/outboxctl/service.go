@@ -357,6 +357,7 @@ func (svc *service) watch(ctx context.Context) {
 				if up, _ := t.db.up(); up {
 					t.periodicCheck(ctx)
 					t.maybeDoctor(ctx, now)
+					t.maybeListPartitions(ctx, now)
 				}
 			}
 		}
@@ -486,7 +487,8 @@ func (svc *service) discover(ctx context.Context, db *database) {
 
 // registerMetrics registers the service's own instruments:
 // outboxctl.tenant.ready, outboxctl.database.up, outboxctl.transport.up,
-// outboxctl.ready and outboxctl.tenant.failures.
+// outboxctl.ready, outboxctl.tenant.failures, the retention's
+// (outboxctl.retention.*) and outboxctl.partitions.ahead.
 func (svc *service) registerMetrics() error {
 	m := svc.tel.meter()
 	tenantReady, err1 := m.Int64ObservableGauge("outboxctl.tenant.ready",
@@ -509,7 +511,15 @@ func (svc *service) registerMetrics() error {
 		metric.WithDescription("When this process's retention last ended a pass, in seconds since the Unix epoch; absent before the first."))
 	passes, err10 := m.Int64ObservableCounter("outboxctl.retention.passes", metric.WithUnit("{pass}"),
 		metric.WithDescription("Retention passes this process ran, by result: ok or failed."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10); err != nil {
+	partsCreated, err11 := m.Int64ObservableCounter("outboxctl.retention.partitions.created", metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions of the outbox and processed tables this process's retention created as leader (partitioned layout only): the periods ahead, as time moves on."))
+	partsDropped, err12 := m.Int64ObservableCounter("outboxctl.retention.partitions.dropped", metric.WithUnit("{partition}"),
+		metric.WithDescription("Retired partitions this process's retention dropped as leader (partitioned layout only), instead of deleting their rows."))
+	deadMoved, err13 := m.Int64ObservableCounter("outboxctl.retention.dead_letters_moved", metric.WithUnit("{event}"),
+		metric.WithDescription("Dead-lettered events this process's retention moved out of partitions it dropped into the default partition, IDs kept, so they stay replayable (partitioned layout only)."))
+	ahead, err14 := m.Float64ObservableGauge("outboxctl.partitions.ahead", metric.WithUnit("s"),
+		metric.WithDescription("How long until the newest period partition of the outbox or processed table ends, whichever is sooner (partitioned layout only, listed every 30s); negative when rows already go to the default partition for want of one."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10, err11, err12, err13, err14); err != nil {
 		return fmt.Errorf("create the relay's metrics: %v", err)
 	}
 	svc.failures = failures
@@ -525,16 +535,28 @@ func (svc *service) registerMetrics() error {
 		for _, t := range rep.Tenants {
 			o.ObserveInt64(tenantReady, boolInt(t.Ready), metric.WithAttributes(tenantAttrs(t.Database, t.Schema, t.Table)...))
 		}
+		now := time.Now()
 		for _, t := range svc.tenants() {
 			t.mu.Lock()
 			r := t.retention
 			t.mu.Unlock()
+			with := func(extra ...attribute.KeyValue) metric.ObserveOption {
+				return metric.WithAttributes(append(append([]attribute.KeyValue{}, t.attrs...), extra...)...)
+			}
+			partitioned, until := t.partitioned()
+			if partitioned && !until.IsZero() {
+				o.ObserveFloat64(ahead, until.Sub(now).Seconds(), with())
+			}
 			if r == nil {
 				continue
 			}
 			st := r.Stats()
-			with := func(extra ...attribute.KeyValue) metric.ObserveOption {
-				return metric.WithAttributes(append(append([]attribute.KeyValue{}, t.attrs...), extra...)...)
+			// On the plain layout these stay 0: they are left out there
+			// rather than served as three more series per tenant.
+			if partitioned || st.PartitionsCreated+st.PartitionsDropped+st.DeadLettersMoved > 0 {
+				o.ObserveInt64(partsCreated, st.PartitionsCreated, with())
+				o.ObserveInt64(partsDropped, st.PartitionsDropped, with())
+				o.ObserveInt64(deadMoved, st.DeadLettersMoved, with())
 			}
 			published, processed := attribute.String("kind", "published"), attribute.String("kind", "processed")
 			o.ObserveInt64(leader, boolInt(st.Leader), with())
@@ -551,7 +573,7 @@ func (svc *service) registerMetrics() error {
 			}
 		}
 		return nil
-	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes)
+	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes, partsCreated, partsDropped, deadMoved, ahead)
 	if err != nil {
 		return fmt.Errorf("register the relay's metrics: %v", err)
 	}

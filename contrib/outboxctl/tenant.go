@@ -62,6 +62,9 @@ type tenant struct {
 
 	// doc holds the doctor's cheap checks (tenant_doctor.go).
 	doc doctorState
+	// parts is what the last listing of the partitions found
+	// (tenant_partitions.go).
+	parts partsState
 
 	// Outcomes since the last throughput line.
 	published, failed, dead, deferred atomic.Int64
@@ -108,6 +111,7 @@ func (t *tenant) run(ctx context.Context) {
 		err := store.Check(cctx)
 		cancel()
 		if err == nil {
+			t.listPartitions(ctx)
 			began := time.Now()
 			err = t.runRelay(ctx, obs)
 			if time.Since(began) > time.Minute {

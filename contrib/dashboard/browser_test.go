@@ -283,6 +283,35 @@ func TestBrowserOverview(t *testing.T) {
 	checkA11y(t, ctx, "the overview")
 }
 
+// TestBrowserOverviewPartitioned: on hourly partitions the overview
+// shows the layout, and its refresh raises the default partition's
+// warning once a row lands there.
+func TestBrowserOverviewPartitioned(t *testing.T) {
+	t.Parallel()
+	db := newDBLayout(t, postgres.PartitionHourly)
+	standardSeed(t, db)
+	srv, _ := newServer(t, db, func(c *Config) { c.RefreshInterval = time.Second })
+	ctx := browser(t, "")
+	do(t, ctx, "load the overview", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css(`#refresh-status[data-updated]`)))
+	if got := text(t, ctx, `[data-f="layout"]`); !strings.HasPrefix(got, "Layout: hourly partitions · 9 partition(s) · periods ") || !strings.HasSuffix(got, "default partition: 0 event(s)") {
+		t.Errorf("the layout line reads %q", got)
+	}
+	if eval[bool](t, ctx, `!document.querySelector('[data-f="default-rows"]').hidden`) {
+		t.Errorf("the default partition's warning shows with no row there")
+	}
+	if got := text(t, ctx, `[data-f="pending"]`); got != "2" {
+		t.Errorf("pending card shows %q, want 2", got)
+	}
+	if _, err := db.pool.Exec(ctxT(t), `INSERT INTO `+db.schema+`.outbox_events (event_type, payload, created_at) VALUES ('far.future', '{}', now() + interval '30 days')`); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "wait for the warning", `!document.querySelector('[data-f="default-rows"]').hidden`)
+	if got := text(t, ctx, `[data-f="default-rows"]`); !strings.HasPrefix(got, "Partition maintenance is behind: 1 pending or published event(s)") {
+		t.Errorf("the warning reads %q", got)
+	}
+	checkA11y(t, ctx, "the overview of a partitioned table")
+}
+
 func TestBrowserEventsFilterAndOpen(t *testing.T) {
 	t.Parallel()
 	db := newDB(t)

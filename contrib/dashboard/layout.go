@@ -48,6 +48,12 @@ type tableLayout struct {
 	DefaultDead     int64  `json:"default_dead"`
 	DefaultDeadMore bool   `json:"default_dead_more,omitempty"`
 
+	// Summary is the overview's line, and Warning its warning of rows in
+	// the default partition ("" for none); the page's refresh shows them
+	// as they are.
+	Summary string `json:"summary"`
+	Warning string `json:"warning,omitempty"`
+
 	parts []partition
 }
 
@@ -142,7 +148,9 @@ func readLayout(ctx context.Context, q querier, n tableNames) (*tableLayout, err
 		return nil, err
 	}
 	if !partitioned {
-		return &tableLayout{Kind: "plain"}, nil
+		l := &tableLayout{Kind: "plain"}
+		l.Summary = l.Label()
+		return l, nil
 	}
 	l := &tableLayout{Kind: "partitioned", Partitions: len(parts), parts: parts}
 	var newest *partition
@@ -177,7 +185,37 @@ func readLayout(ctx context.Context, q querier, n tableNames) (*tableLayout, err
 		l.DefaultRows, l.DefaultMore = min(live, defaultProbe), live > defaultProbe
 		l.DefaultDead, l.DefaultDeadMore = min(dead, defaultProbe), dead > defaultProbe
 	}
+	l.summarise()
 	return l, nil
+}
+
+// summarise sets Summary and Warning.
+func (l *tableLayout) summarise() {
+	more := func(b bool) string {
+		if b {
+			return "+"
+		}
+		return ""
+	}
+	s := l.Label() + " · " + num(l.Partitions) + " partition(s)"
+	if l.Oldest != nil {
+		s += " · periods " + l.Period(l.Oldest) + " to " + l.Period(l.Newest) + " (UTC)"
+	}
+	if l.Legacy != "" {
+		s += " · " + l.Legacy + " holds the rows from before the conversion"
+	}
+	if l.Default != "" {
+		s += " · default partition: " + num(l.DefaultRows) + more(l.DefaultMore) + " event(s)"
+		if l.DefaultDead > 0 {
+			s += ", " + num(l.DefaultDead) + more(l.DefaultDeadMore) + " dead letter(s)"
+		}
+	}
+	l.Summary = s
+	if l.DefaultRows > 0 {
+		l.Warning = "Partition maintenance is behind: " + num(l.DefaultRows) + more(l.DefaultMore) +
+			" pending or published event(s) sit in the default partition " + l.Default +
+			", in periods that have no partition of their own. Run the retention leader (the relay's retention, or postgres.Partitions.Maintain): it creates the missing partitions and moves these rows into them."
+	}
 }
 
 // defaultProbeSQL counts, up to defaultProbe+1 each, the default

@@ -214,7 +214,7 @@ func everyLayout(t *testing.T, db testDB) {
 	if !strings.Contains(page, `data-f="layout">Layout: `+map[string]string{"plain": "plain (one table)", "daily": "daily partitions", "hourly": "hourly partitions"}[wantKind]) {
 		t.Errorf("the overview page does not show the layout %s:\n%s", wantKind, page)
 	}
-	if strings.Contains(page, `data-f="default-rows"`) {
+	if strings.Contains(page, "Partition maintenance is behind") || !strings.Contains(page, `data-f="default-rows" hidden>`) {
 		t.Errorf("the overview warns of rows in the default partition, which has none")
 	}
 

@@ -80,6 +80,14 @@
       set(section, "oldest", t.pending ? ago(t.oldest_pending_age_seconds) : "–");
       set(section, "dead", num(t.dead));
       set(section, "published", num(t.published_last_hour));
+      if (t.layout) {
+        set(section, "layout", "Layout: " + t.layout.summary);
+        var warn = section.querySelector('[data-f="default-rows"]');
+        if (warn) {
+          warn.textContent = t.layout.warning || "";
+          warn.hidden = !t.layout.warning;
+        }
+      }
       var tbody = section.querySelector('[data-f="destinations"]');
       if (tbody && t.destinations) {
         var rows = document.createDocumentFragment();

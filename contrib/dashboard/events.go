@@ -41,6 +41,11 @@ type eventRow struct {
 	hit, boundary bool
 }
 
+// Created is the row's creation time as the event page's created
+// parameter takes it: with the ID, it names one row on the partitioned
+// layout, where an ID may be held by rows in two partitions.
+func (e eventRow) Created() string { return e.CreatedAt.UTC().Format(time.RFC3339Nano) }
+
 // eventsData is the events page.
 type eventsData struct {
 	Target  *target

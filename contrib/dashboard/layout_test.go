@@ -373,6 +373,15 @@ func TestDuplicateIDAcrossPartitions(t *testing.T) {
 			t.Errorf("confirm a group's purge: %s\n%s", resp.Status, cb)
 		}
 	}
+	// The events list links each row to its own page.
+	_, list := get(t, c, srv.URL+"/events?t=0&state=dead&type=foreign.copy")
+	link = regexp.MustCompile(`<td class="id"><a href="[^"]*/event\?([^"]+)">`).FindStringSubmatch(list)
+	if link == nil {
+		t.Fatalf("no foreign.copy row listed:\n%s", list)
+	}
+	if _, b := get(t, c, srv.URL+"/event?"+html.UnescapeString(link[1])); !strings.Contains(b, "&#34;foreign&#34;: 2") {
+		t.Errorf("the list's link opens another row:\n%s", b)
+	}
 	// Replaying the ID from its page: the confirmation counts both rows.
 	resp, body = post(t, c, srv.URL+"/deadletters/confirm", url.Values{"csrf": {csrfFrom(body)}, "t": {"0"}, "action": {"replay"}, "scope": {"selection"}, "id": {ids[0].String()}})
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Replay 2 dead letter(s)?") || !strings.Contains(body, `data-f="shared"`) {

@@ -24,7 +24,8 @@
 //	status [--json] [--max-age D]   counts and oldest pending age; a health check with --max-age
 //	dlq list|show|replay|purge      inspect and act on dead-lettered events
 //	replay [filters]                put published or dead events back to pending, IDs kept
-//	prune --older-than D            delete old published events (and processed records); 0s needs --yes
+//	prune --older-than D            delete old published events (and processed records); 0s needs --yes;
+//	                                partitioned tables: drop retired partitions first, as retention does
 //	qstash-dev [--addr A]           run the in-memory QStash for local development
 //
 // Every command documents its flags under --help. Global flags

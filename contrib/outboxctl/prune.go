@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +25,14 @@ event whose record is gone applies its effect again) and longer than the
 transport redelivers (QStash retries for days).
 
 Ages are measured with the database's clock.
+
+On the partitioned layout (migrate --partitions) prune first does what the
+relays' retention leader does: it drops the partitions whose period ended
+before the cutoff and that hold nothing to keep (no pending event, none
+published since), moving their dead letters to the default partition with
+their IDs, and creates the partitions of the periods ahead that are
+missing. Then it deletes in batches what is left, as on the plain layout.
+Processed-record partitions are dropped only with --processed.
 
 --older-than 0s (or --processed-older-than 0s) means every published event
 (or processed record), including one published this instant, which could
@@ -75,14 +84,33 @@ func (a *app) cmdPrune(ctx context.Context, args []string) error {
 		return a.dbError(err)
 	}
 	cutoff := now.Add(-olderThan)
+	var pcut time.Time
+	if *processed {
+		pcut = now.Add(-processedOlderThan)
+	}
 
 	if *dryRun {
 		n, err := a.countPublishedBefore(ctx, pool, cutoff)
 		if err != nil {
 			return err
 		}
+		due, partitioned, err := a.duePartitions(ctx, pool, cutoff)
+		if err != nil {
+			return err
+		}
+		if partitioned {
+			fmt.Fprintf(a.stdout, "would drop the %d partition(s) whose period ended before %s that hold nothing to keep (dead letters moved out first)%s\n",
+				len(due), rfc3339(cutoff), listSuffix(due))
+		}
 		fmt.Fprintf(a.stdout, "would prune %d event(s) published before %s (older than %s)\n", n, rfc3339(cutoff), formatDuration(olderThan))
 		return nil
+	}
+
+	// On the partitioned layout, retired partitions are dropped first:
+	// what they held needs no delete.
+	partitioned, err := a.maintainPartitions(ctx, pool, cutoff, pcut)
+	if err != nil {
+		return err
 	}
 
 	var total int64
@@ -99,14 +127,17 @@ func (a *app) cmdPrune(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("pruned %d event(s), then: %w", n, a.dbError(err))
 	}
-	fmt.Fprintf(a.stdout, "pruned %d event(s) published before %s (older than %s)\n", n, rfc3339(cutoff), formatDuration(olderThan))
+	more := ""
+	if partitioned {
+		more = " in batches, beside the dropped partitions"
+	}
+	fmt.Fprintf(a.stdout, "pruned %d event(s) published before %s (older than %s)%s\n", n, rfc3339(cutoff), formatDuration(olderThan), more)
 
 	if *processed {
 		d, err := postgres.NewDeduper(pool, &postgres.DeduperConfig{Schema: a.g.schema, Table: a.g.table, PruneBatchSize: *batch})
 		if err != nil {
 			return a.dbError(err)
 		}
-		pcut := now.Add(-processedOlderThan)
 		p := a.startProgress("pruning processed records", "records", 0)
 		n, err := d.Prune(ctx, pcut)
 		p.done()
@@ -129,4 +160,12 @@ func (a *app) countPublishedBefore(ctx context.Context, pool *pgxpool.Pool, cuto
 		return 0, a.dbError(err)
 	}
 	return n, nil
+}
+
+// listSuffix is ": a, b" for a non-empty list.
+func listSuffix(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(names, ", ")
 }

@@ -34,7 +34,24 @@ type testDB struct {
 func newDB(t testing.TB) testDB { return newDBLayout(t, postgres.PartitionNone) }
 
 // layouts are the outbox table's layouts the page tests run on.
-var layouts = []postgres.Partitioning{postgres.PartitionNone, postgres.PartitionDaily, postgres.PartitionHourly}
+var layouts = []postgres.Partitioning{postgres.PartitionNone, postgres.PartitionDaily, postgres.PartitionHourly, postgres.PartitionMinutes(15)}
+
+// layoutPeriod is the width of a layout's partitions (a day on the plain
+// layout, where it only spreads the seeds' creation times).
+func layoutPeriod(t testing.TB, layout postgres.Partitioning) time.Duration {
+	switch layout {
+	case postgres.PartitionNone, postgres.PartitionDaily:
+		return 24 * time.Hour
+	case postgres.PartitionHourly:
+		return time.Hour
+	}
+	// PartitionMinutes(m) prints as "<m>m".
+	d, err := time.ParseDuration(layout.String())
+	if err != nil {
+		t.Fatalf("the period of layout %s: %v", layout, err)
+	}
+	return d
+}
 
 // pastPeriods is how far back a partitioned test table has partitions:
 // rows created up to that long ago land in a period of their own, not in
@@ -56,10 +73,7 @@ func newDBLayout(t testing.TB, layout postgres.Partitioning) testDB {
 		if err != nil {
 			t.Fatal(err)
 		}
-		period := 24 * time.Hour
-		if layout == postgres.PartitionHourly {
-			period = time.Hour
-		}
+		period := layoutPeriod(t, layout)
 		if _, err := parts.Create(ctxT(t), time.Now().Add(-pastPeriods*period), time.Now()); err != nil {
 			t.Fatalf("create past partitions: %v", err)
 		}

@@ -17,14 +17,6 @@ import (
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
-// period is the width of a layout's partitions (a day on the plain
-// layout, where it only spreads the seed's creation times).
-func (db testDB) period() time.Duration {
-	if db.layout == postgres.PartitionHourly {
-		return time.Hour
-	}
-	return 24 * time.Hour
-}
 
 // moveCreated sets the creation time of ids to ago before now: on the
 // partitioned layout the rows move to that period's partition.
@@ -147,7 +139,7 @@ func TestEveryLayout(t *testing.T) {
 
 func everyLayout(t *testing.T, db testDB) {
 	ctx := ctxT(t)
-	p := db.period()
+	p := layoutPeriod(t, db.layout)
 	ids := db.seed(t,
 		seedEvent{Type: "order.placed", AggType: "order", AggID: "1", Dest: "https://billing.example/hook", State: "published", PublishedAgo: 5 * time.Minute, Latency: 40 * time.Millisecond},
 		seedEvent{Type: "order.placed", AggType: "order", AggID: "2", Dest: "https://billing.example/hook", State: "published", PublishedAgo: 3 * time.Minute, Latency: 80 * time.Millisecond},
@@ -195,7 +187,7 @@ func everyLayout(t *testing.T, db testDB) {
 	if o.OldestAgeSeconds < (2 * p).Seconds() {
 		t.Errorf("oldest pending age %.0f s, want at least %.0f (two periods back)", o.OldestAgeSeconds, (2 * p).Seconds())
 	}
-	wantKind := map[postgres.Partitioning]string{postgres.PartitionNone: "plain", postgres.PartitionDaily: "daily", postgres.PartitionHourly: "hourly"}[db.layout]
+	wantKind := map[postgres.Partitioning]string{postgres.PartitionNone: "plain", postgres.PartitionDaily: "daily", postgres.PartitionHourly: "hourly", postgres.PartitionMinutes(15): "15-minute"}[db.layout]
 	if o.Layout == nil || o.Layout.Kind != wantKind {
 		t.Fatalf("overview layout %+v, want %s", o.Layout, wantKind)
 	}
@@ -220,7 +212,7 @@ func everyLayout(t *testing.T, db testDB) {
 		t.Errorf("the inbox's overview: pending %d dead %d layout %+v (%s), want 1 1 plain", in.Pending, in.Dead, in.Layout, in.Error)
 	}
 	_, page := get(t, c, srv.URL+"/")
-	if !strings.Contains(page, `data-f="layout">Layout: `+map[string]string{"plain": "plain (one table)", "daily": "daily partitions", "hourly": "hourly partitions"}[wantKind]) {
+	if !strings.Contains(page, `data-f="layout">Layout: `+map[string]string{"plain": "plain (one table)", "daily": "daily partitions", "hourly": "hourly partitions", "15-minute": "15-minute partitions"}[wantKind]) {
 		t.Errorf("the overview page does not show the layout %s:\n%s", wantKind, page)
 	}
 	if strings.Contains(page, "Partition maintenance is behind") || !strings.Contains(page, `data-f="default-rows" hidden>`) {

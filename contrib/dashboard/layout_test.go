@@ -17,7 +17,6 @@ import (
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
-
 // moveCreated sets the creation time of ids to ago before now: on the
 // partitioned layout the rows move to that period's partition.
 func (db testDB) moveCreated(t *testing.T, ago time.Duration, ids ...core.ID) {

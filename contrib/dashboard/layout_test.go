@@ -31,7 +31,8 @@ func (db testDB) moveCreated(t *testing.T, ago time.Duration, ids ...core.ID) {
 	}
 }
 
-// partitionOf is the partition holding id ("" on the plain layout).
+// partitionsOf are the partitions (the table, on the plain layout)
+// holding ids.
 func (db testDB) partitionsOf(t *testing.T, ids ...core.ID) map[string]bool {
 	t.Helper()
 	s := make([]string, len(ids))

@@ -3,7 +3,6 @@ package dashboard
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +17,6 @@ type planNode struct {
 	NodeType  string     `json:"Node Type"`
 	IndexName string     `json:"Index Name"`
 	Relation  string     `json:"Relation Name"`
-	OneTime   string     `json:"One-Time Filter"`
 	Plans     []planNode `json:"Plans"`
 }
 
@@ -155,6 +153,12 @@ func eventQueriesUseTheirIndex(t *testing.T, db testDB) {
 				t.Fatal(err)
 			}
 			cursors[v.Name] = []any{at, id}
+			// With a since filter of an hour ago, a later page resumes
+			// within that hour (300 rows, 15 minutes, in).
+			if err := db.pool.QueryRow(ctxT(t), `SELECT published_at, id::text FROM `+n.outbox+where+` ORDER BY `+v.order+` OFFSET 300 LIMIT 1`).Scan(&at, &id); err != nil {
+				t.Fatal(err)
+			}
+			cursors["published/since"] = []any{at, id}
 			continue
 		}
 		if len(v.keys) == 1 {
@@ -175,7 +179,11 @@ func eventQueriesUseTheirIndex(t *testing.T, db testDB) {
 	checked := 0
 	for _, v := range views {
 		for fname, f := range filters {
-			for _, cur := range [][]any{nil, cursors[v.Name]} {
+			later := cursors[v.Name]
+			if c, ok := cursors[v.Name+"/since"]; ok && f.Since != "" {
+				later = c
+			}
+			for _, cur := range [][]any{nil, later} {
 				var s, u any
 				if f.Since != "" {
 					s = since
@@ -189,26 +197,9 @@ func eventQueriesUseTheirIndex(t *testing.T, db testDB) {
 				}
 				lq := buildList(n, v, f, cur, 10_000, 50, s, u, pf, pt)
 				plan := explain(t, db, lq.sql, lq.args...)
-				if os.Getenv("DASHBOARD_EXPLAIN_DEBUG") == v.Name+"/"+fname {
-					var out string
-					_ = db.pool.QueryRow(ctxT(t), "EXPLAIN "+lq.sql, lq.args...).Scan(&out)
-					rows, _ := db.pool.Query(ctxT(t), "EXPLAIN "+lq.sql, lq.args...)
-					for rows.Next() {
-						_ = rows.Scan(&out)
-						t.Log(out)
-					}
-					rows.Close()
-				}
 				what := fmt.Sprintf("view %s, filter %s, cursor %v", v.Name, fname, cur != nil)
 				onIndex := false
 				scanned := map[string]bool{}
-				if partitioned && provenEmpty(plan) {
-					// Every partition excluded: the conditions contradict
-					// each other (the published view's cursor before its
-					// since), so nothing is read, let alone sorted.
-					checked++
-					continue
-				}
 				plan.walk(func(p planNode) {
 					if p.Relation != "" {
 						scanned[p.Relation] = true
@@ -355,19 +346,4 @@ func emptyRelations(t *testing.T, db testDB) map[string]bool {
 		out[p.Name] = !any
 	}
 	return out
-}
-
-// provenEmpty is a plan whose conditions were found to contradict each
-// other: a Result with a false one-time filter, and no relation read.
-func provenEmpty(plan planNode) bool {
-	empty, reads := false, false
-	plan.walk(func(p planNode) {
-		if p.NodeType == "Result" && p.OneTime == "false" {
-			empty = true
-		}
-		if p.Relation != "" {
-			reads = true
-		}
-	})
-	return empty && !reads
 }

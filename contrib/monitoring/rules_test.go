@@ -24,6 +24,7 @@ var wantAlerts = []string{
 	"OutboxRelayDown",
 	"OutboxSettleErrors",
 	"OutboxRetentionFallingBehind",
+	"OutboxPartitionsRunningOut",
 }
 
 // ruleFile is the part of a Prometheus rule file the tests read.

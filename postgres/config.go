@@ -209,17 +209,25 @@ type MigrateConfig struct {
 	// Partitions chooses the layout of tables the migrations create:
 	// PartitionNone, one plain table (the default), or PartitionDaily,
 	// PartitionHourly or PartitionMinutes(m) (for short retentions), the
-	// outbox table range-partitioned by created_at and the processed
-	// table by event ID, with the same columns, so writers are unchanged; Retention then retires whole partitions instead of
-	// deleting rows (docs/SCHEMA.md, "The partitioned layout"). Tables that
-	// exist keep their layout: asking for partitions on an existing plain
-	// outbox table fails with a *LayoutError, and ConvertToPartitioned
-	// converts it online.
+	// outbox table range-partitioned by created_at in periods of that
+	// length, with the same columns, so writers are unchanged; Retention
+	// then retires whole partitions instead of deleting rows
+	// (docs/SCHEMA.md, "The partitioned layout"). The processed table is
+	// range-partitioned by event ID by day whatever the outbox table's
+	// period: its records are kept for days (RetainProcessed, 30 by
+	// default), and hourly or 5-minute partitions would number 720 or
+	// 8,640. Tables that exist keep their layout: asking for partitions on
+	// an existing plain outbox table fails with a *LayoutError, and
+	// ConvertToPartitioned converts it online (the processed table
+	// stays plain).
 	Partitions Partitioning
-	// PartitionsAhead is how many periods after the current one the
-	// migration creates partitions for, with the partitioned layout.
-	// Defaults to DefaultPartitionsAhead (2 days, 4 hours, or 30
-	// minutes' worth of periods of minutes, at least 4).
+	// PartitionsAhead is how many periods of the outbox table after the
+	// current one the migration creates partitions for, with the
+	// partitioned layout. The processed table gets as many days as cover
+	// that time, at least DefaultPartitionsAhead(PartitionDaily).
+	// Defaults to DefaultPartitionsAhead of each table's period (outbox:
+	// 2 days, 4 hours, or 30 minutes' worth of periods of minutes, at
+	// least 4; processed: 2 days).
 	PartitionsAhead int
 	// Logger receives a line per applied or reverted version, at info
 	// level. Defaults to slog.Default() at warn level, which leaves those

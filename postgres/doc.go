@@ -303,7 +303,10 @@
 //     published before the horizon, its dead letters moved to the default
 //     partition first (Partitions). A drop costs the same whatever the
 //     partition held and leaves no dead rows; a claim costs a little more
-//     per period kept, so keep retention / period modest.
+//     per period kept, so keep retention / period modest. The processed
+//     table is partitioned by day whatever the outbox table's period: its
+//     records are kept for days (RetainProcessed), and periods of minutes
+//     would make thousands of partitions of it.
 //     docs/SCHEMA.md, "The partitioned layout", says what differs.
 //   - The table has fillfactor 40 (migration 004) so every lease update
 //     stays on its page: touching no indexed column, it is then a HOT update

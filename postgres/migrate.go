@@ -481,15 +481,19 @@ type templateNames struct {
 
 	// The partitioned layout's (*.partitioned.up.sql): the default
 	// partitions, the headers check's name, the raw names as literals
-	// for format(), the period (its length in seconds, which the bounds
-	// are computed from, as interval text for comments, and to_char's
-	// pattern of a partition's suffix) and how many periods to create
-	// after the current one.
+	// for format(), the outbox table's period (its length in seconds,
+	// which the bounds are computed from, as interval text for comments,
+	// and to_char's pattern of a partition's suffix) and how many periods
+	// to create after the current one, and the same of the processed
+	// table, whose period is its own (processedLayout).
 	OutboxDefault, ProcessedDefault, HeadersCheck                string
 	SchemaLiteral, TableLiteral, OutboxLiteral, ProcessedLiteral string
 	PartitionInterval, PartitionStamp                            string
 	PartitionSeconds                                             int64
 	PartitionsAhead                                              int
+	ProcessedInterval, ProcessedStamp                            string
+	ProcessedSeconds                                             int64
+	ProcessedAhead                                               int
 }
 
 // validateCheckMaxBytes is the largest table (main fork) whose new check
@@ -510,13 +514,12 @@ func renderMigrations(n names) ([]Migration, error) {
 // layout in place of the plain file.
 func renderLayout(n names, layout Partitioning, ahead int) ([]Migration, error) {
 	pn := newPartNames(n)
-	if ahead == 0 {
-		ahead = DefaultPartitionsAhead(layout)
-	}
 	unit := layout
 	if unit == PartitionNone {
 		unit = PartitionDaily
 	}
+	punit := unit.processedLayout()
+	outboxAhead, processedAhead := aheadOf(unit, unit, ahead), aheadOf(punit, unit, ahead)
 	tn := templateNames{
 		Schema: n.schemaQ, Outbox: n.outbox, Aggregates: n.aggregates, Processed: n.processed, ClaimSlot: n.claimSlot,
 		PendingIndex: n.pendingIdx, PublishedIndex: n.publishedIdx, DeadIndex: n.deadIdx,
@@ -528,7 +531,9 @@ func renderLayout(n names, layout Partitioning, ahead int) ([]Migration, error) 
 		SchemaLiteral: quoteLiteral(n.schema), TableLiteral: quoteLiteral(n.table),
 		OutboxLiteral: quoteLiteral(n.outbox), ProcessedLiteral: quoteLiteral(n.processed),
 		PartitionInterval: unit.interval(), PartitionStamp: unit.stamp(),
-		PartitionSeconds: int64(unit.period() / time.Second), PartitionsAhead: ahead,
+		PartitionSeconds: int64(unit.period() / time.Second), PartitionsAhead: outboxAhead,
+		ProcessedInterval: punit.interval(), ProcessedStamp: punit.stamp(),
+		ProcessedSeconds: int64(punit.period() / time.Second), ProcessedAhead: processedAhead,
 	}
 	entries, err := fs.ReadDir(migrationFiles, "migrations")
 	if err != nil {

@@ -18,10 +18,11 @@ import (
 // ones) is in partitions.go, the online conversion of a plain table in
 // partition_convert.go.
 //
-// The outbox table is range-partitioned by created_at, the processed table
-// by event_id (the timestamp a UUID v7 starts with), both in periods of a
-// day, an hour or a number of minutes that divides an hour, in UTC. Each
-// has a default partition for rows no period covers. An outbox table
+// The outbox table is range-partitioned by created_at, in periods of a
+// day, an hour or a number of minutes that divides an hour, in UTC; the
+// processed table by event_id (the timestamp a UUID v7 starts with), in
+// days whatever the outbox table's period (processedLayout). Each has a
+// default partition for rows no period covers. An outbox table
 // converted from the plain layout has one more, <table>_legacy, the old
 // table itself, covering everything created before the conversion's
 // cut-over.
@@ -38,7 +39,8 @@ const (
 	// PartitionDaily partitions the outbox and processed tables by day
 	// (UTC).
 	PartitionDaily
-	// PartitionHourly partitions them by hour.
+	// PartitionHourly partitions the outbox table by hour, the processed
+	// table by day.
 	PartitionHourly
 )
 
@@ -50,10 +52,10 @@ const (
 	minutesSpan = 1 << 19 // m is kept within (-minutesSpan, minutesSpan)
 )
 
-// PartitionMinutes partitions the outbox and processed tables in periods
-// of m minutes (UTC), m one of 1, 2, 3, 4, 5, 6, 10, 12, 15, 20 or 30: the
-// whole minutes that divide an hour, so that every hour (and day) starts a
-// period. It is for short retentions: a published event is kept until its
+// PartitionMinutes partitions the outbox table in periods of m minutes
+// (UTC), and the processed table by day, m one of 1, 2, 3, 4, 5, 6, 10,
+// 12, 15, 20 or 30: the whole minutes that divide an hour, so that every
+// hour (and day) starts a period. It is for short retentions: a published event is kept until its
 // partition is dropped, between the retention and the retention plus one
 // period, so at 10 minutes' retention hourly partitions hold up to 70
 // minutes of events and 5-minute ones up to 15. Any other m makes a layout
@@ -197,6 +199,8 @@ func (p Partitioning) start(t time.Time) time.Time {
 // leader may be missing (a deployment, a failover, passes failing on a
 // lock) before rows start to go to the default partition, where they are
 // pruned row by row and moved when their period's partition is created.
+// The processed table, partitioned by day on every partitioned layout,
+// has DefaultPartitionsAhead(PartitionDaily) days ahead.
 func DefaultPartitionsAhead(p Partitioning) int {
 	if m, ok := p.minutes(); ok && p.valid() {
 		return max((30+m-1)/m, 4)
@@ -205,6 +209,41 @@ func DefaultPartitionsAhead(p Partitioning) int {
 		return 4
 	}
 	return 2
+}
+
+// processedLayout is the layout the migrations give the processed table
+// when the outbox table's is p: daily whenever p is partitioned. Its
+// records are kept for RetainProcessed (30 days by default), so periods
+// as short as the outbox table's would keep hundreds or thousands of
+// partitions (720 hourly, 8,640 of 5 minutes) for every consumer's insert
+// to plan and lock; a day's partition is dropped at most a day late,
+// which is nothing next to a retention of days. A table created before
+// keeps its own period: maintenance reads each table's from its
+// partitions.
+func (p Partitioning) processedLayout() Partitioning {
+	if p == PartitionNone {
+		return PartitionNone
+	}
+	return PartitionDaily
+}
+
+// aheadOf is how many periods of a table partitioned in t to keep created
+// after the current one, when ahead (0: the default) counts periods of the
+// outbox table's layout outbox, as MigrateConfig.PartitionsAhead and
+// PartitionsConfig.Ahead do: as many as cover that time, and at least
+// t's default. A table of the outbox table's period (or beside a plain
+// outbox table) takes ahead as it is.
+func aheadOf(t, outbox Partitioning, ahead int) int {
+	if ahead <= 0 {
+		return DefaultPartitionsAhead(t)
+	}
+	if outbox == PartitionNone || t.period() == outbox.period() {
+		return ahead
+	}
+	// In minutes, every period's unit, so that no ahead overflows a
+	// Duration.
+	span, per := ahead*int(outbox.period()/time.Minute), int(t.period()/time.Minute)
+	return max(DefaultPartitionsAhead(t), (span+per-1)/per)
 }
 
 // PartitionName is the name of the partition of table (an outbox table's

@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +59,60 @@ func TestFloorSearchAtTheEndOfThePeriod(t *testing.T) {
 	}
 	if a, _ := f.next(now.Add(time.Minute)); !a.full {
 		t.Fatal("no search once the period ended")
+	}
+}
+
+// PartitionsAhead counts periods of the outbox table; the processed
+// table, by day on every partitioned layout, keeps as many days as cover
+// the same time, at least its default, and its migration renders with
+// its own period.
+func TestPartitionsAheadOfEachTable(t *testing.T) {
+	p5 := PartitionMinutes(5)
+	for _, c := range []struct {
+		table, outbox Partitioning
+		ahead, want   int
+	}{
+		{PartitionDaily, PartitionDaily, 0, 2},
+		{PartitionDaily, PartitionDaily, 1, 1}, // one period: as given
+		{PartitionDaily, PartitionDaily, 9, 9},
+		{PartitionDaily, PartitionHourly, 0, 2},
+		{PartitionDaily, PartitionHourly, 4, 2},
+		{PartitionDaily, PartitionHourly, 49, 3}, // 49 hours: 3 days
+		{PartitionDaily, p5, 12, 2},
+		{PartitionDaily, p5, 577, 3},             // 48 hours and 5 minutes
+		{PartitionHourly, PartitionHourly, 7, 7}, // an hourly processed table of an earlier version
+		{PartitionHourly, PartitionNone, 7, 7},
+		{p5, p5, 0, 6},
+	} {
+		if got := aheadOf(c.table, c.outbox, c.ahead); got != c.want {
+			t.Errorf("aheadOf(%v, %v, %d) = %d, want %d", c.table, c.outbox, c.ahead, got, c.want)
+		}
+	}
+
+	n, err := newNames(DefaultSchema, DefaultTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		layout            Partitioning
+		ahead             int
+		outbox, processed string // the loops' bounds and periods' seconds
+	}{
+		{PartitionHourly, 0, "0..4 LOOP", "0..2 LOOP"},
+		{PartitionHourly, 60, "0..60 LOOP", "0..3 LOOP"},
+		{p5, 0, "0..6 LOOP", "0..2 LOOP"},
+		{PartitionDaily, 5, "0..5 LOOP", "0..5 LOOP"},
+	} {
+		ms, err := renderLayout(n, c.layout, c.ahead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outbox, processed := ms[0].Up, ms[2].Up
+		if !strings.Contains(outbox, c.outbox) || !strings.Contains(outbox, "/ "+strconv.Itoa(int(c.layout.period()/time.Second))+")") {
+			t.Errorf("%v, ahead %d: migration 001 does not loop %q in periods of %v:\n%s", c.layout, c.ahead, c.outbox, c.layout.period(), outbox)
+		}
+		if !strings.Contains(processed, c.processed) || !strings.Contains(processed, "/ 86400)") || !strings.Contains(processed, "'YYYYMMDD'") || !strings.Contains(processed, "(1 day, UTC") {
+			t.Errorf("%v, ahead %d: migration 003 does not loop %q in days:\n%s", c.layout, c.ahead, c.processed, processed)
+		}
 	}
 }

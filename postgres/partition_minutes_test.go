@@ -117,10 +117,12 @@ func minuteParts(t *testing.T, d pdb, table string) []postgres.PartitionInfo {
 	return out
 }
 
-// A fresh schema migrated with 5-minute periods: both tables have the
-// current period and DefaultPartitionsAhead more, each 5 minutes on a
-// 5-minute boundary of UTC and named after its start, and rows land in
-// their period's partition.
+// A fresh schema migrated with 5-minute periods: the outbox table has
+// the current period and DefaultPartitionsAhead more, each 5 minutes on a
+// 5-minute boundary of UTC and named after its start, the processed
+// table the current day and DefaultPartitionsAhead(PartitionDaily) more
+// (its records are kept for days), and rows land in their period's
+// partition.
 func TestPartitionMinutesMigrate(t *testing.T) {
 	t.Parallel()
 	p5 := postgres.PartitionMinutes(5)
@@ -137,22 +139,30 @@ func TestPartitionMinutesMigrate(t *testing.T) {
 	if got, err := d.parts.Layout(ctxT(t)); err != nil || got != p5 {
 		t.Fatalf("Layout = %v, %v; want 5m", got, err)
 	}
-	for _, table := range []string{"outbox_events", "outbox_events_processed"} {
-		parts := minuteParts(t, d, table)
-		if want := postgres.DefaultPartitionsAhead(p5) + 1; len(parts) != want {
-			t.Fatalf("%s has %d partitions, want %d: %+v", table, len(parts), want, parts)
+	for _, c := range []struct {
+		table  string
+		layout postgres.Partitioning
+		width  time.Duration
+		stamp  string
+	}{
+		{"outbox_events", p5, 5 * time.Minute, "200601021504"},
+		{"outbox_events_processed", postgres.PartitionDaily, 24 * time.Hour, "20060102"},
+	} {
+		parts := minuteParts(t, d, c.table)
+		if want := postgres.DefaultPartitionsAhead(c.layout) + 1; len(parts) != want {
+			t.Fatalf("%s has %d partitions, want %d: %+v", c.table, len(parts), want, parts)
 		}
 		first := parts[0].From
-		if !first.Equal(before.UTC().Truncate(5*time.Minute)) && !first.Equal(after.UTC().Truncate(5*time.Minute)) {
-			t.Fatalf("%s's first partition starts at %v; the migration ran between %v and %v", table, first, before, after)
+		if !first.Equal(before.UTC().Truncate(c.width)) && !first.Equal(after.UTC().Truncate(c.width)) {
+			t.Fatalf("%s's first partition starts at %v; the migration ran between %v and %v", c.table, first, before, after)
 		}
 		for i, pi := range parts {
-			lo := first.Add(time.Duration(i) * 5 * time.Minute)
-			if !pi.From.Equal(lo) || !pi.To.Equal(lo.Add(5*time.Minute)) || pi.Name != p5.PartitionName(table, lo) {
-				t.Errorf("%s partition %d: %s [%v, %v), want %s [%v, %v)", table, i, pi.Name, pi.From, pi.To, p5.PartitionName(table, lo), lo, lo.Add(5*time.Minute))
+			lo := first.Add(time.Duration(i) * c.width)
+			if !pi.From.Equal(lo) || !pi.To.Equal(lo.Add(c.width)) || pi.Name != c.layout.PartitionName(c.table, lo) {
+				t.Errorf("%s partition %d: %s [%v, %v), want %s [%v, %v)", c.table, i, pi.Name, pi.From, pi.To, c.layout.PartitionName(c.table, lo), lo, lo.Add(c.width))
 			}
 		}
-		if want := table + "_p" + first.Format("200601021504"); parts[0].Name != want {
+		if want := c.table + "_p" + first.Format(c.stamp); parts[0].Name != want {
 			t.Errorf("first partition %s, want %s", parts[0].Name, want)
 		}
 	}
@@ -165,7 +175,7 @@ func TestPartitionMinutesMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if want := []string{"outbox_events_p203001011200", "outbox_events_p203001011205", "outbox_events_p203001011210",
-		"outbox_events_processed_p203001011200", "outbox_events_processed_p203001011205", "outbox_events_processed_p203001011210"}; !slices.Equal(created, want) {
+		"outbox_events_processed_p20300101"}; !slices.Equal(created, want) {
 		t.Fatalf("Create over 15 minutes created %v, want %v", created, want)
 	}
 	for at, want := range map[time.Time]string{
@@ -194,8 +204,10 @@ func TestPartitionMinutesMigrate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for at, want := range map[time.Time]string{
-		t0.Add(7 * time.Minute): "outbox_events_processed_p203001011205",
-		now:                     p5.PartitionName("outbox_events_processed", now),
+		t0.Add(7 * time.Minute):               "outbox_events_processed_p20300101",
+		t0.Add(11*time.Hour + 59*time.Minute): "outbox_events_processed_p20300101",
+		t0.Add(12 * time.Hour):                "outbox_events_processed_default",
+		now:                                   postgres.PartitionDaily.PartitionName("outbox_events_processed", now),
 	} {
 		eid := core.NewIDAt(at)
 		if _, err := dd.Once(ctx, core.DedupeKey{Consumer: "c", EventID: eid}, func(context.Context) error { return nil }); err != nil {
@@ -240,8 +252,8 @@ VALUES ('x', '{}', $1, now() - interval '25 minutes')`, now.Add(-time.Duration(a
 	if err != nil || rep.Failed != 0 {
 		t.Fatalf("Maintain = %+v, %v", rep, err)
 	}
-	if rep.Outbox != p5 || rep.Processed != p5 {
-		t.Fatalf("Maintain saw layouts %v and %v, want 5m", rep.Outbox, rep.Processed)
+	if rep.Outbox != p5 || rep.Processed != postgres.PartitionDaily {
+		t.Fatalf("Maintain saw layouts %v and %v, want 5m and daily", rep.Outbox, rep.Processed)
 	}
 	// (With the processed table's too, should the migration have run in
 	// the period before now's, and the next period's, should now's have
@@ -258,13 +270,11 @@ VALUES ('x', '{}', $1, now() - interval '25 minutes')`, now.Add(-time.Duration(a
 	if len(outboxDropped) != 0 {
 		t.Fatalf("Maintain dropped %v; their events were published after the horizon", outboxDropped)
 	}
-	// The processed table's past periods are empty and ended before its
-	// horizon: they go.
-	for ago := 30; ago >= 15; ago -= 5 {
-		name := p5.PartitionName("outbox_events_processed", now.Add(-time.Duration(ago)*time.Minute))
-		if !slices.Contains(rep.Dropped, name) {
-			t.Errorf("processed partition %s (%d minutes ago) kept, want it dropped: %v", name, ago, rep.Dropped)
-		}
+	// The processed table's partitions are days: today's has not ended
+	// before its horizon (TestPartitionMinutesProcessedDaily drops past
+	// days').
+	if today := postgres.PartitionDaily.PartitionName("outbox_events_processed", now); slices.Contains(rep.Dropped, today) {
+		t.Errorf("Maintain dropped today's processed partition %s: %v", today, rep.Dropped)
 	}
 
 	// A horizon past the publications: the periods ended before it go,
@@ -284,6 +294,134 @@ VALUES ('x', '{}', $1, now() - interval '25 minutes')`, now.Add(-time.Duration(a
 	}
 	if n := count(t, d.testDB, "true"); n > 3 || n < 2 {
 		t.Errorf("%d events left, want those of the periods not retired (2 or 3)", n)
+	}
+}
+
+// On 5-minute periods the processed table goes by days: Create and
+// Maintain create its partitions a day wide while the outbox table's are
+// 5 minutes, Ahead counts outbox periods (an hour of them does not keep
+// 12 days of processed partitions), a consumer's record lands in its
+// event's day, and the retention leader drops a retired day of records
+// as it drops retired 5-minute periods of events.
+func TestPartitionMinutesProcessedDaily(t *testing.T) {
+	t.Parallel()
+	p5, daily := postgres.PartitionMinutes(5), postgres.PartitionDaily
+	d := newPartitionedDB(t, p5)
+	ctx := ctxT(t)
+	var now time.Time
+	if err := d.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	const processed = "outbox_events_processed"
+	today := now.UTC().Truncate(24 * time.Hour)
+
+	// Ten minutes three days ago: two periods of events, one day of
+	// records.
+	past := today.Add(-3*24*time.Hour + 12*time.Hour)
+	created, err := d.parts.Create(ctx, past, past.Add(10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pastDay := daily.PartitionName(processed, past)
+	if want := []string{p5.PartitionName("outbox_events", past), p5.PartitionName("outbox_events", past.Add(5*time.Minute)), pastDay}; !slices.Equal(created, want) {
+		t.Fatalf("Create over 10 minutes created %v, want %v", created, want)
+	}
+
+	// A consumer's records: each in its event's day.
+	dd, err := postgres.NewDeduper(d.pool, &postgres.DeduperConfig{Schema: d.schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := core.NewIDAt(past.Add(7 * time.Hour))
+	for _, c := range []struct {
+		id   core.ID
+		want string
+	}{
+		{old, pastDay},
+		{core.NewIDAt(now), daily.PartitionName(processed, now)},
+		{core.NewIDAt(today.Add(24*time.Hour + 23*time.Hour)), daily.PartitionName(processed, today.Add(24*time.Hour))},
+	} {
+		if applied, err := dd.Once(ctx, core.DedupeKey{Consumer: "c", EventID: c.id}, func(context.Context) error { return nil }); err != nil || !applied {
+			t.Fatalf("Once = %v, %v", applied, err)
+		}
+		var got string
+		if err := d.pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM `+d.table(processed)+` WHERE event_id = $1`, c.id).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != d.regclass(c.want) {
+			t.Errorf("record of an event created at %v in %s, want %s", c.id.Time(), got, d.regclass(c.want))
+		}
+	}
+
+	// The last day ahead and the last 5-minute period ahead went
+	// missing; Maintain, an hour of periods ahead, brings both back, each
+	// table in its own period.
+	lastDay := daily.PartitionName(processed, today.Add(time.Duration(postgres.DefaultPartitionsAhead(daily))*24*time.Hour))
+	lastPeriod := p5.PartitionName("outbox_events", now.Add(time.Duration(postgres.DefaultPartitionsAhead(p5))*5*time.Minute))
+	d.exec(t, "DROP TABLE "+d.table(lastDay))
+	d.exec(t, "DROP TABLE IF EXISTS "+d.table(lastPeriod)) // absent if the migration ran in the period before now's
+	parts, err := postgres.NewPartitions(d.pool, &postgres.PartitionsConfig{Schema: d.schema, Ahead: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := parts.Maintain(ctx, postgres.PartitionMaintenance{})
+	if err != nil || rep.Failed != 0 {
+		t.Fatalf("Maintain = %+v, %v", rep, err)
+	}
+	if rep.Outbox != p5 || rep.Processed != daily {
+		t.Fatalf("Maintain saw layouts %v and %v, want 5m and daily", rep.Outbox, rep.Processed)
+	}
+	if !slices.Contains(rep.Created, lastDay) || !slices.Contains(rep.Created, lastPeriod) {
+		t.Fatalf("Maintain created %v, want %s and %s among them", rep.Created, lastDay, lastPeriod)
+	}
+	lists := map[string][]postgres.PartitionInfo{}
+	for _, table := range []string{"outbox_events", processed} {
+		lists[table] = minuteParts(t, d, table)
+	}
+	for _, pi := range lists[processed] {
+		if pi.To.Sub(pi.From) != 24*time.Hour || !pi.From.Equal(pi.From.Truncate(24*time.Hour)) || pi.Name != daily.PartitionName(processed, pi.From) {
+			t.Errorf("processed partition %s [%v, %v), want a day's", pi.Name, pi.From, pi.To)
+		}
+	}
+	if last := lists[processed][len(lists[processed])-1]; last.To.After(today.Add(time.Duration(postgres.DefaultPartitionsAhead(daily)+2) * 24 * time.Hour)) {
+		t.Errorf("processed partitions reach %v: Ahead's hour of 5-minute periods kept %s", last.To, last.Name)
+	}
+	for _, pi := range lists["outbox_events"] {
+		if pi.To.Sub(pi.From) != 5*time.Minute {
+			t.Errorf("outbox partition %s [%v, %v), want 5 minutes", pi.Name, pi.From, pi.To)
+		}
+	}
+	if last := lists["outbox_events"][len(lists["outbox_events"])-1]; last.To.Before(now.Add(12 * 5 * time.Minute)) {
+		t.Errorf("outbox partitions end at %v, want 12 periods after now's (%v)", last.To, now)
+	}
+
+	// The retention leader: the past day's record was processed three
+	// days ago, past RetainProcessed; the past periods hold no event.
+	d.exec(t, `UPDATE `+d.table(processed)+` SET processed_at = now() - interval '3 days' WHERE event_id = $1`, old)
+	r, err := postgres.NewRetention(d.pool, &postgres.RetentionConfig{Schema: d.schema, Holder: "daily", RetainPublished: 10 * time.Minute, RetainProcessed: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range created {
+		if !slices.Contains(res.Partitions.Dropped, name) {
+			t.Errorf("retention dropped %v, without the retired %s", res.Partitions.Dropped, name)
+		}
+	}
+	for _, name := range res.Partitions.Dropped {
+		if strings.HasPrefix(name, processed) && name != pastDay {
+			t.Errorf("retention dropped %s, a day not retired", name)
+		}
+	}
+	var left int
+	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM `+d.table(processed)).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 2 || res.ProcessedDeleted != 0 {
+		t.Errorf("%d records left, %d deleted one by one; want the 2 of today and tomorrow, the old one gone with its day", left, res.ProcessedDeleted)
 	}
 }
 

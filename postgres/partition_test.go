@@ -248,7 +248,9 @@ func TestPartitionedDeduperKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []core.ID{core.NewID(), core.NewIDAt(time.Now().Add(-3 * time.Hour)), core.ID(mustUUIDv4(t))} {
+	// The old event's day has no partition (the processed table is daily
+	// on every partitioned layout, from the migration's day on).
+	for _, id := range []core.ID{core.NewID(), core.NewIDAt(time.Now().Add(-3 * 24 * time.Hour)), core.ID(mustUUIDv4(t))} {
 		for i, want := range []bool{true, false} {
 			applied, err := dd.Once(ctx, core.DedupeKey{Consumer: "c", EventID: id}, func(context.Context) error { return nil })
 			if err != nil || applied != want {

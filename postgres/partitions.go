@@ -40,9 +40,12 @@ type PartitionsConfig struct {
 	// "outbox_events"); its processed table is <Table>_processed.
 	Schema, Table string
 
-	// Ahead is how many periods after the current one keep their
-	// partitions created. Defaults to DefaultPartitionsAhead of the
-	// table's period (2 days, 4 hours, or 30 minutes' worth of periods of
+	// Ahead is how many periods of the outbox table after the current one
+	// keep their partitions created. The processed table, when its period
+	// is another (daily beside hourly or minutes), keeps as many of its
+	// own periods as cover that time, and at least DefaultPartitionsAhead
+	// of its period. Defaults to DefaultPartitionsAhead of each table's
+	// period (2 days, 4 hours, or 30 minutes' worth of periods of
 	// minutes, at least 4).
 	Ahead int
 
@@ -301,7 +304,8 @@ func layoutOfPeriod(d time.Duration) Partitioning {
 }
 
 // Create creates the partitions that cover [from, to) and do not exist
-// yet, of both tables (those that are partitioned), in their periods. Rows
+// yet, of both tables (those that are partitioned), each in its own
+// period (the processed table's are days on a new schema). Rows
 // of those periods already in the default partition are moved into them.
 // It returns the names of the partitions created. Use it to prepare for
 // events written with creation times outside the periods maintained (a
@@ -458,10 +462,9 @@ func (p *Partitions) Maintain(ctx context.Context, req PartitionMaintenance) (Pa
 		if t.layout == PartitionNone {
 			continue
 		}
-		ahead := p.cfg.Ahead
-		if ahead == 0 {
-			ahead = DefaultPartitionsAhead(t.layout)
-		}
+		// Each table in its own period, as its partitions say: Ahead
+		// counts the outbox table's.
+		ahead := aheadOf(t.layout, rep.Outbox, p.cfg.Ahead)
 		start := t.layout.start(now)
 		for lo := start; lo.Before(start.Add(time.Duration(ahead+1) * t.layout.period())); lo = lo.Add(t.layout.period()) {
 			c, err := p.create(ctx, t, lo, lo.Add(t.layout.period()))

@@ -89,9 +89,11 @@ type RetentionConfig struct {
 	// MinRetentionLease (1s). Defaults to DefaultRetentionLease (30s).
 	LeaseDuration time.Duration
 
-	// PartitionsAhead is, on a partitioned table, how many periods after
-	// the current one the leader keeps partitions created for (Partitions).
-	// Defaults to DefaultPartitionsAhead of the table's period.
+	// PartitionsAhead is, on a partitioned table, how many periods of the
+	// outbox table after the current one the leader keeps partitions
+	// created for, the processed table's days covering at least as much
+	// (PartitionsConfig.Ahead). Defaults to DefaultPartitionsAhead of each
+	// table's period.
 	PartitionsAhead int
 
 	// PartitionLockTimeout bounds, on a partitioned table, each wait for

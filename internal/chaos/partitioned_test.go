@@ -8,7 +8,8 @@ import (
 )
 
 // The short run on the partitioned layout (hourly partitions of the
-// outbox and processed tables, postgres.MigrateConfig.Partitions): the
+// outbox table, daily ones of the processed table,
+// postgres.MigrateConfig.Partitions): the
 // same faults, the same checks (every event applied exactly once by the
 // consumer, none published twice under one lease).
 func TestChaosShortPartitioned(t *testing.T) {

@@ -17,7 +17,7 @@
 //	outboxctl [global flags] <command> [flags]
 //
 //	migrate [--print [--down]]      apply the migrations, or print their SQL
-//	migrate --partitions daily      the partitioned layout: create it, or convert a plain table online
+//	migrate --partitions daily      the partitioned layout (daily, hourly, 15m): create it, or convert a plain table online
 //	migrate status [--json]         list migrations and whether each is applied
 //	migrate down --to N --yes       revert migrations newer than N
 //	relay [flags]                   relay events until SIGINT/SIGTERM (or once, with --drain)

@@ -18,9 +18,10 @@ if missing), under an advisory lock: safe to run from every replica at once.
   outboxctl migrate --print          print the SQL "migrate" runs, for your own migration tool
   outboxctl migrate --print --down   print the SQL that reverts every migration
   outboxctl migrate --partitions daily
-                                     the partitioned layout (docs/SCHEMA.md): new tables are
-                                     created partitioned; a plain outbox table is converted
-                                     online, its rows kept, while writers and relays run
+                                     the partitioned layout (docs/SCHEMA.md), by day, hour
+                                     (hourly) or minutes (15m): new tables are created
+                                     partitioned; a plain outbox table is converted online,
+                                     its rows kept, while writers and relays run
   outboxctl migrate --print --partitions daily
                                      print the partitioned layout's SQL (with --down, its revert)
   outboxctl migrate status [--json]  list migrations and whether each is applied

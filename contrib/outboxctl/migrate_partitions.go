@@ -23,10 +23,10 @@ import (
 
 // partitionsLayouts are the partitioned layouts ParsePartitioning reads,
 // as --partitions' help and errors name them.
-const partitionsLayouts = "daily or hourly"
+const partitionsLayouts = "daily, hourly or a period of minutes such as 15m"
 
 // partitionsFlagHelp is --partitions' text in migrate --help.
-const partitionsFlagHelp = "partitioned `layout`: " + partitionsLayouts + " (default: one plain table); new tables are created partitioned, an existing plain outbox table is converted online while writers and relays run; with --print, the partitioned layout's SQL"
+const partitionsFlagHelp = "partitioned `layout`: " + partitionsLayouts + " (minutes that divide an hour); without it, one plain table. New tables are created partitioned, an existing plain outbox table is converted online while writers and relays run; with --print, the partitioned layout's SQL"
 
 // registerPartitionsFlag adds --partitions to migrate's flag set.
 func registerPartitionsFlag(fs *flagSet) *string {

@@ -91,6 +91,32 @@ func TestMigratePartitionsNewSchema(t *testing.T) {
 	if strings.Contains(r.stdout, "pending") {
 		t.Errorf("migrate status after migrate --partitions:\n%s", r.stdout)
 	}
+
+	// Periods of minutes.
+	minutes := pgtest.Schema(t, pool, "outboxctl_part15")
+	r = cli(t, env(), "migrate", "--partitions", "15m", "--schema", minutes)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "(15m partitions for new tables)") {
+		t.Errorf("migrate --partitions 15m: %q", r.stdout)
+	}
+	for _, table := range []string{"outbox_events", "outbox_events_processed"} {
+		if k := relkind(t, pool, minutes, table); k != "p" {
+			t.Errorf("%s is of kind %q after migrate --partitions 15m, want p", table, k)
+		}
+	}
+}
+
+// TestMigratePartitionsHelp: migrate --help documents --partitions and
+// every kind of layout it takes.
+func TestMigratePartitionsHelp(t *testing.T) {
+	t.Parallel()
+	r := cli(t, env(), "migrate", "--help")
+	wantOK(t, r)
+	for _, want := range []string{"\n  --partitions layout\n", "daily, hourly or a period of minutes such as 15m", "outboxctl migrate --partitions daily"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("migrate --help does not say %q:\n%s", want, r.stdout)
+		}
+	}
 }
 
 // TestMigratePartitionsConvertsPlain: on a plain outbox table holding
@@ -187,6 +213,7 @@ func TestMigratePartitionsUsage(t *testing.T) {
 	}{
 		{[]string{"migrate", "--partitions", "weekly"}, []string{"--partitions", `"weekly" is not a layout`, "daily", "hourly"}},
 		{[]string{"migrate", "--print", "--partitions", "weekly"}, []string{"--partitions", `"weekly"`}},
+		{[]string{"migrate", "--partitions", "7m"}, []string{"--partitions", `"7m" is not a period of partitions`}},
 		{[]string{"migrate", "--partitions", "none"}, []string{"plain layout", "without --partitions"}},
 		{[]string{"migrate", "--print", "--partitions", "none"}, []string{"plain layout", "without --partitions"}},
 		{[]string{"migrate", "--partitions", "daily", "--down"}, []string{"--down only goes with --print"}},

@@ -70,6 +70,12 @@ func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
 	if err != nil {
 		return err
 	}
+	// A partitioned table keeps its period: say so rather than let
+	// "already up to date" read as if it had the one asked for.
+	if have, err := a.tableLayout(ctx, pool); err == nil && have != postgres.PartitionNone && have != layout {
+		a.warn("schema %s, table %s is partitioned %s already: --partitions %s applies to tables migrate creates, and the existing ones keep their period",
+			a.g.schema, a.g.table, have, layout)
+	}
 	applied, err := m.Up(ctx)
 	var le *postgres.LayoutError
 	if errors.As(err, &le) {
@@ -106,6 +112,16 @@ func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
 	}
 	fmt.Fprintf(a.stdout, "schema %s, table %s: applied %s (%s partitions for new tables)\n", a.g.schema, a.g.table, versionNames(m, applied), layout)
 	return nil
+}
+
+// tableLayout is the outbox table's layout (an error when it does not
+// exist).
+func (a *app) tableLayout(ctx context.Context, pool *pgxpool.Pool) (postgres.Partitioning, error) {
+	p, err := a.partitions(pool)
+	if err != nil {
+		return 0, err
+	}
+	return p.Layout(ctx)
 }
 
 // layoutUnit names one period of layout p in the conversion's report.

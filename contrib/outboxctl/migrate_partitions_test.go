@@ -72,8 +72,14 @@ func TestMigratePartitionsNewSchema(t *testing.T) {
 
 	r = cli(t, env(), "migrate", "--partitions", "hourly", "--schema", schema)
 	wantOK(t, r)
-	if !strings.Contains(r.stdout, "already up to date") {
-		t.Errorf("second migrate --partitions hourly: %q", r.stdout)
+	if !strings.Contains(r.stdout, "already up to date") || strings.Contains(r.stderr, "partitioned") {
+		t.Errorf("second migrate --partitions hourly: %q, stderr %q", r.stdout, r.stderr)
+	}
+	// Another period leaves the table's, and says so.
+	r = cli(t, env(), "migrate", "--partitions", "daily", "--schema", schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stderr, "is partitioned hourly already: --partitions daily applies to tables migrate creates") || !strings.Contains(r.stdout, "already up to date") {
+		t.Errorf("migrate --partitions daily on hourly partitions:\nstdout: %s\nstderr: %s", r.stdout, r.stderr)
 	}
 	// The subcommand spelling runs the same.
 	r = cli(t, env(), "migrate", "--partitions", "hourly", "--schema", schema, "up")

@@ -499,3 +499,50 @@ func TestPartitionedClaimKeepsAGenericPlan(t *testing.T) {
 		t.Fatalf("%d executions of prepared claims seen, want %d: the claims were not prepared on this connection", runs, claims)
 	}
 }
+
+// A partition dropped while Partitions.List reads the catalog is left
+// out: its bound prints as NULL then, which failed the listing ("cannot
+// scan NULL"), and with it Maintain and the retention leader's pass.
+func TestPartitionsListWhileDropping(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionDaily)
+	ctx := ctxT(t)
+	outbox := d.table("outbox_events")
+	done := make(chan error, 1)
+	const rounds = 300
+	go func() {
+		for i := 0; i < rounds; i++ {
+			// A period far ahead, never one Maintain would create.
+			from := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, i)
+			part := d.table(fmt.Sprintf("outbox_events_churn%d", i))
+			if _, err := d.pool.Exec(ctx, `CREATE TABLE `+part+` PARTITION OF `+outbox+` FOR VALUES FROM ('`+
+				from.Format(time.RFC3339)+`') TO ('`+from.AddDate(0, 0, 1).Format(time.RFC3339)+`')`); err != nil {
+				done <- err
+				return
+			}
+			if _, err := d.pool.Exec(ctx, `DROP TABLE `+part); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	lists := 0
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lists == 0 {
+				t.Fatal("no listing ran while partitions were created and dropped")
+			}
+			return
+		default:
+		}
+		if _, err := d.parts.List(ctx); err != nil {
+			t.Fatalf("List while a partition is dropped (after %d listings): %v", lists, err)
+		}
+		lists++
+	}
+}

@@ -223,7 +223,10 @@ func (p *Partitions) table(ctx context.Context, processed bool) (partTable, erro
 		return t, nil
 	}
 	// The bounds as the catalog prints them, read back by the same
-	// session's input function: exact whatever its TimeZone.
+	// session's input function: exact whatever its TimeZone. A partition
+	// dropped while the statement runs is still in its catalog snapshot,
+	// but pg_get_expr finds no relation to print its bound for and
+	// returns NULL: such a partition is gone, and is left out.
 	rows, err := p.db.Query(ctx, `SELECT c.relname::text, b.def = 'DEFAULT',
 	CASE WHEN m.v[1] = 'MINVALUE' THEN NULL ELSE btrim(m.v[1], '''')::`+cast+` END,
 	CASE WHEN m.v[2] = 'MAXVALUE' THEN NULL ELSE btrim(m.v[2], '''')::`+cast+` END
@@ -231,7 +234,7 @@ FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid AND c.relkind = 'r'
 CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid, true) AS b(def)
 LEFT JOIN LATERAL regexp_match(b.def, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m(v) ON true
-WHERE i.inhparent = to_regclass($1)`, t.qualified)
+WHERE i.inhparent = to_regclass($1) AND b.def IS NOT NULL`, t.qualified)
 	if err != nil {
 		return t, wrap("partitions: list the partitions of "+t.qualified, err)
 	}

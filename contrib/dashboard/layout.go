@@ -89,7 +89,8 @@ const defaultProbe = 1000
 
 // partitionsSQL lists the partitions of $1 with their bounds, read back
 // by the session's own input function (exact whatever its TimeZone), as
-// postgres.Partitions does.
+// postgres.Partitions does, leaving out a partition dropped while the
+// statement runs (its bound prints as NULL).
 const partitionsSQL = `SELECT c.relname::text, b.def = 'DEFAULT',
 	CASE WHEN m.v[1] = 'MINVALUE' THEN NULL ELSE btrim(m.v[1], '''')::timestamptz END,
 	CASE WHEN m.v[2] = 'MAXVALUE' THEN NULL ELSE btrim(m.v[2], '''')::timestamptz END
@@ -97,7 +98,7 @@ FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid AND c.relkind = 'r'
 CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid, true) AS b(def)
 LEFT JOIN LATERAL regexp_match(b.def, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m(v) ON true
-WHERE i.inhparent = to_regclass($1)`
+WHERE i.inhparent = to_regclass($1) AND b.def IS NOT NULL`
 
 // readPartitions returns whether the table is partitioned and, if so, its
 // partitions: two catalog reads.

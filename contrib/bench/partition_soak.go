@@ -51,7 +51,7 @@ func (b *bench) runPartitionSoak(ctx context.Context) error {
 			if layout != postgres.PartitionNone {
 				sys = layout.String() + " partitions"
 			}
-			samples, err := b.soak(ctx, layout)
+			samples, run, err := b.soak(ctx, layout)
 			if err != nil {
 				return fmt.Errorf("soak %s: %w", sys, err)
 			}
@@ -73,45 +73,82 @@ func (b *bench) runPartitionSoak(ctx context.Context) error {
 			b.rep.add("partition-soak", cas, sys, "most dead rows", float64(maxDead))
 			b.rep.add("partition-soak", cas, sys, "live rows at the end", float64(last.live))
 			b.rep.add("partition-soak", cas, sys, "rows deleted by retention", float64(last.deletedRows))
+			b.rep.add("partition-soak", cas, sys, "events/s written", run.written)
+			b.rep.add("partition-soak", cas, sys, "events relayed", float64(run.relayed))
+			b.rep.add("partition-soak", cas, sys, "events left pending", float64(run.pending))
+			// Bounded: the largest size of the run's last third against
+			// the largest of its middle third (1 when it levelled off).
+			mid, late := thirdsMax(samples)
+			if mid > 0 {
+				b.rep.add("partition-soak", cas, sys, "largest MiB, last third / middle third", float64(late)/float64(mid))
+			}
+			b.logf("soak %s rep %d: %.0f events/s written, %d relayed, %d left pending", sys, rep+1, run.written, run.relayed, run.pending)
 		}
 	}
 	return nil
 }
 
+// soakRun is what one layout's soak wrote and relayed.
+type soakRun struct {
+	written float64 // events/s the producers achieved
+	relayed int64   // events the sink received
+	pending int64   // events still pending at the end
+}
+
+// thirdsMax is the largest size sampled in the middle third of the run
+// and in its last third.
+func thirdsMax(samples []soakSample) (mid, late int64) {
+	if len(samples) == 0 {
+		return 0, 0
+	}
+	end := samples[len(samples)-1].at
+	for _, s := range samples {
+		switch {
+		case s.at > end*2/3:
+			late = max(late, s.bytes)
+		case s.at > end/3:
+			mid = max(mid, s.bytes)
+		}
+	}
+	return mid, late
+}
+
 // soak runs one layout's soak and returns its samples.
-func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakSample, error) {
+func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakSample, soakRun, error) {
 	o := b.o
+	var run soakRun
 	s, err := b.layoutSchema(ctx, layout)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	defer s.drop()
 	relayPool, err := newPool(ctx, o.dsn, 4)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	defer relayPool.Close()
 	prodPool, err := newPool(ctx, o.dsn, int32(o.writers))
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	defer prodPool.Close()
 	cfg := postgres.Config{Schema: s.name, Notify: postgres.NotifyAfterCommit}
 	relayStore, err := postgres.New(relayPool, &cfg)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	prodStore, err := postgres.New(prodPool, &cfg)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
-	relay, err := core.NewRelay(relayStore, &countSink{}, nil)
+	sink := &countSink{}
+	relay, err := core.NewRelay(relayStore, sink, nil)
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	ret, err := postgres.NewRetention(relayPool, &postgres.RetentionConfig{Schema: s.name, RetainPublished: o.soakRetain, RetainProcessed: postgres.RetainForever})
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -142,7 +179,7 @@ func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakS
 	}()
 	n := o.soakRate * int(o.soakFor/time.Second)
 	payload := []byte(benchPayload)
-	_, err = pace(ctx, n, o.soakRate, o.writers, func(ctx context.Context, i int) error {
+	run.written, err = pace(ctx, n, o.soakRate, o.writers, func(ctx context.Context, i int) error {
 		e := core.Event{ID: core.NewID(), Type: "bench", Payload: payload}
 		tx, err := prodPool.Begin(ctx)
 		if err != nil {
@@ -161,23 +198,26 @@ func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakS
 	// A last sample once what was written is relayed.
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if left, perr := pendingCount(ctx, s); perr != nil || left == 0 {
+		left, perr := pendingCount(ctx, s)
+		run.pending = left
+		if perr != nil || left == 0 {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling the table, bounded by the deadline
 	}
+	run.relayed = sink.n.Load()
 	cancel()
 	<-sampled
 	<-done
 	<-done
 	if err != nil {
-		return nil, err
+		return nil, run, err
 	}
 	if sm, merr := soakMeasure(context.WithoutCancel(ctx), s); merr == nil {
 		sm.at, sm.deletedRows = time.Since(start), ret.Stats().PublishedDeleted
 		samples = append(samples, sm)
 	}
-	return samples, nil
+	return samples, run, nil
 }
 
 // soakMeasure reads the outbox table's size and rows over its partitions.

@@ -97,7 +97,7 @@ bench:
 
 # The partitioned layout (contrib/bench partitions.go): 10,000,000 published
 # rows kept beside a drain and a latency run, on the plain layout and on
-# daily partitions, and one day of 1,000,000 retired both ways; tens of
+# daily partitions, and one day of 1,000,000 retired both ways; about ten
 # minutes. partition-soak: 2,000 events/s for 30 minutes per layout (plain,
 # then 5-minute partitions; BENCHFLAGS=-soak-partitions=hourly for others)
 # with a 10-minute retention, the table's size and dead rows sampled (an

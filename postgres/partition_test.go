@@ -507,26 +507,7 @@ func TestPartitionsListWhileDropping(t *testing.T) {
 	t.Parallel()
 	d := newPartitionedDB(t, postgres.PartitionDaily)
 	ctx := ctxT(t)
-	outbox := d.table("outbox_events")
-	done := make(chan error, 1)
-	const rounds = 300
-	go func() {
-		for i := 0; i < rounds; i++ {
-			// A period far ahead, never one Maintain would create.
-			from := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, i)
-			part := d.table(fmt.Sprintf("outbox_events_churn%d", i))
-			if _, err := d.pool.Exec(ctx, `CREATE TABLE `+part+` PARTITION OF `+outbox+` FOR VALUES FROM ('`+
-				from.Format(time.RFC3339)+`') TO ('`+from.AddDate(0, 0, 1).Format(time.RFC3339)+`')`); err != nil {
-				done <- err
-				return
-			}
-			if _, err := d.pool.Exec(ctx, `DROP TABLE `+part); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := pgtest.ChurnPartitions(ctx, t, d.pool, d.schema, "outbox_events", 300)
 	lists := 0
 	for {
 		select {

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"encoding/json"
-	"fmt"
 	"html"
 	"net/http"
 	"net/url"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outboxkit/core"
+	"github.com/outboxkit/outboxkit/internal/pgtest"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
@@ -505,24 +505,7 @@ func TestReadPartitionsWhileDropping(t *testing.T) {
 	db := newDBLayout(t, postgres.PartitionDaily)
 	ctx := ctxT(t)
 	n := newTableNames(db.schema, postgres.DefaultTable)
-	done := make(chan error, 1)
-	const rounds = 300
-	go func() {
-		for i := 0; i < rounds; i++ {
-			from := time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, i)
-			part := pgx.Identifier{db.schema, fmt.Sprintf("outbox_events_churn%d", i)}.Sanitize()
-			if _, err := db.pool.Exec(ctx, `CREATE TABLE `+part+` PARTITION OF `+n.outbox+` FOR VALUES FROM ('`+
-				from.Format(time.RFC3339)+`') TO ('`+from.AddDate(0, 0, 1).Format(time.RFC3339)+`')`); err != nil {
-				done <- err
-				return
-			}
-			if _, err := db.pool.Exec(ctx, `DROP TABLE `+part); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
+	done := pgtest.ChurnPartitions(ctx, t, db.pool, db.schema, postgres.DefaultTable, 300)
 	reads := 0
 	for {
 		select {

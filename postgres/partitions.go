@@ -199,6 +199,14 @@ func (p *Partitions) List(ctx context.Context) ([]PartitionInfo, error) {
 	return out, nil
 }
 
+// ListOutbox returns the outbox table's layout and its partitions (none
+// for a plain table), in order of their periods, the default partition
+// last: List for the outbox table alone.
+func (p *Partitions) ListOutbox(ctx context.Context) (Partitioning, []PartitionInfo, error) {
+	t, err := p.table(ctx, false)
+	return t.layout, t.parts, err
+}
+
 // Layout returns the outbox table's layout: PartitionNone for a plain
 // table, and the period of its partitions otherwise.
 func (p *Partitions) Layout(ctx context.Context) (Partitioning, error) {

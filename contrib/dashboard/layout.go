@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outboxkit/postgres"
 )
 
 // The table's layout as the catalog has it: plain, or range partitions
@@ -16,15 +18,11 @@ import (
 // partitioned layout"). The overview shows it, and the events page uses
 // the partitions' bounds to prune a creation-time filter.
 
-// partition is one partition of a partitioned outbox table.
-type partition struct {
-	Name    string
-	Default bool
-	// From and To bound the created_at it holds; From is zero for a
-	// partition from MINVALUE (the legacy one a conversion attached), To
-	// for one to MAXVALUE, both for the default partition.
-	From, To time.Time
-}
+// partition is one partition of a partitioned outbox table, as
+// postgres.Partitions lists it. From is zero for a partition from
+// MINVALUE (the legacy one a conversion attached), To for one to
+// MAXVALUE, both for the default partition.
+type partition = postgres.PartitionInfo
 
 // tableLayout is a table's layout.
 type tableLayout struct {
@@ -87,64 +85,23 @@ func (l *tableLayout) Period(t *time.Time) string {
 // overview says "at least" past it, and reads no more.
 const defaultProbe = 1000
 
-// partitionsSQL lists the partitions of $1 with their bounds, read back
-// by the session's own input function (exact whatever its TimeZone), as
-// postgres.Partitions does, leaving out a partition dropped while the
-// statement runs (its bound prints as NULL).
-const partitionsSQL = `SELECT c.relname::text, b.def = 'DEFAULT',
-	CASE WHEN m.v[1] = 'MINVALUE' THEN NULL ELSE btrim(m.v[1], '''')::timestamptz END,
-	CASE WHEN m.v[2] = 'MAXVALUE' THEN NULL ELSE btrim(m.v[2], '''')::timestamptz END
-FROM pg_inherits i
-JOIN pg_class c ON c.oid = i.inhrelid AND c.relkind = 'r'
-CROSS JOIN LATERAL pg_get_expr(c.relpartbound, c.oid, true) AS b(def)
-LEFT JOIN LATERAL regexp_match(b.def, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS m(v) ON true
-WHERE i.inhparent = to_regclass($1) AND b.def IS NOT NULL`
-
 // readPartitions returns whether the table is partitioned and, if so, its
-// partitions: two catalog reads.
-func readPartitions(ctx context.Context, q querier, n tableNames) (bool, []partition, error) {
-	var kind pgtype.Text
-	if err := q.QueryRow(ctx, `SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)`, n.outbox).Scan(&kind); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+// partitions (postgres.Partitions.ListOutbox: two catalog reads).
+func readPartitions(ctx context.Context, pool *pgxpool.Pool, n tableNames) (bool, []partition, error) {
+	p, err := postgres.NewPartitions(pool, &postgres.PartitionsConfig{Schema: n.schema, Table: n.table})
+	if err != nil {
 		return false, nil, err
 	}
-	if !kind.Valid {
+	layout, parts, err := p.ListOutbox(ctx)
+	if errors.Is(err, postgres.ErrNotMigrated) {
 		return false, nil, fmt.Errorf("table %s does not exist: migrate it (outboxctl migrate)", n.outbox)
 	}
-	if kind.String != "p" {
-		return false, nil, nil
-	}
-	rows, err := q.Query(ctx, partitionsSQL, n.outbox)
-	if err != nil {
-		return true, nil, err
-	}
-	defer rows.Close()
-	var parts []partition
-	for rows.Next() {
-		var p partition
-		var lo, hi pgtype.Timestamptz
-		if err := rows.Scan(&p.Name, &p.Default, &lo, &hi); err != nil {
-			return true, nil, err
-		}
-		if lo.Valid && lo.InfinityModifier == pgtype.Finite {
-			p.From = lo.Time.UTC()
-		}
-		if hi.Valid && hi.InfinityModifier == pgtype.Finite {
-			p.To = hi.Time.UTC()
-		}
-		parts = append(parts, p)
-	}
-	return true, parts, rows.Err()
-}
-
-// querier is what a pool and a transaction both do.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	return layout != postgres.PartitionNone, parts, err
 }
 
 // readLayout reads the table's layout and probes its default partition.
-func readLayout(ctx context.Context, q querier, n tableNames) (*tableLayout, error) {
-	partitioned, parts, err := readPartitions(ctx, q, n)
+func readLayout(ctx context.Context, pool *pgxpool.Pool, n tableNames) (*tableLayout, error) {
+	partitioned, parts, err := readPartitions(ctx, pool, n)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +137,7 @@ func readLayout(ctx context.Context, q querier, n tableNames) (*tableLayout, err
 	if l.Default != "" {
 		def := pgx.Identifier{n.schema, l.Default}.Sanitize()
 		var live, dead int64
-		if err := q.QueryRow(ctx, defaultProbeSQL(def)).Scan(&live, &dead); err != nil {
+		if err := pool.QueryRow(ctx, defaultProbeSQL(def)).Scan(&live, &dead); err != nil {
 			return nil, fmt.Errorf("probe the default partition: %w", err)
 		}
 		l.DefaultRows, l.DefaultMore = min(live, defaultProbe), live > defaultProbe

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/outboxkit/outboxkit/core"
@@ -14,11 +15,16 @@ import (
 // relayed (core.Relay with its defaults) for -soak-duration, with a
 // Retention keeping published events for -soak-retention (its other
 // settings the defaults: batches of 1,000, a 100 ms pause, a pass a
-// minute), on the plain layout and then on the partitioned layout
-// -soak-partitions names (default 5-minute partitions). Every minute it
-// samples the outbox table (all its partitions): total size, live and
-// dead rows (pg_stat_user_tables; autovacuum as the server has it: off on
-// the project's machine), partitions.
+// minute), on the plain layout and on the partitioned layout
+// -soak-partitions names (default 5-minute partitions): side by side at
+// the same time (each with its own producers, relay and retention, so
+// both see the same machine and the same autovacuum), or one after the
+// other with -soak-together=false. Every minute it samples each outbox
+// table (all its partitions): total size, live and dead rows and VACUUMs
+// (pg_stat_user_tables), partitions. Autovacuum is as the server has it:
+// off on the project's main server, on (PostgreSQL's default) on the
+// scratch cluster of scripts/partition-soak-autovacuum.sh, which is the
+// production case.
 //
 // A partition can go once its period has ended and its last event was
 // published -soak-retention ago, so the table holds between the retention
@@ -39,53 +45,102 @@ type soakSample struct {
 	live, dead  int64
 	partitions  int
 	deletedRows int64
+	vacuums     int64 // VACUUMs so far (manual and autovacuum) of the relations the table holds now
+}
+
+// deadShare is the sample's dead rows as a share of all its rows.
+func (s soakSample) deadShare() float64 {
+	if s.live+s.dead == 0 {
+		return 0
+	}
+	return float64(s.dead) / float64(s.live+s.dead)
 }
 
 func (b *bench) runPartitionSoak(ctx context.Context) error {
 	o := b.o
-	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("partition-soak workload: %d events/s for %s per layout (plain, %s partitions; 8 producers, NotifyAfterCommit; relay defaults), Retention RetainPublished %s (other settings default); samples every %s: pg_total_relation_size and pg_stat_user_tables over pg_partition_tree",
-		o.soakRate, o.soakFor, o.soakParts, o.soakRetain, soakSampleEvery))
+	var autovacuum string
+	if err := b.admin.QueryRow(ctx, "SHOW autovacuum").Scan(&autovacuum); err != nil {
+		return err
+	}
+	when := "one after the other"
+	if o.soakTogether {
+		when = "side by side at the same time"
+	}
+	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("partition-soak workload: %d events/s for %s per layout (plain, %s partitions; %s; 8 producers each, NotifyAfterCommit; relay defaults), Retention RetainPublished %s (other settings default); the server's autovacuum = %s; samples every %s: pg_total_relation_size and pg_stat_user_tables over pg_partition_tree",
+		o.soakRate, o.soakFor, o.soakParts, when, o.soakRetain, autovacuum, soakSampleEvery))
+	layouts := []postgres.Partitioning{postgres.PartitionNone, o.soakParts}
 	for rep := 0; rep < o.reps; rep++ {
-		for _, layout := range []postgres.Partitioning{postgres.PartitionNone, o.soakParts} {
-			sys := sysPlain
-			if layout != postgres.PartitionNone {
-				sys = layout.String() + " partitions"
+		type result struct {
+			samples []soakSample
+			run     soakRun
+			err     error
+		}
+		results := make([]result, len(layouts))
+		var wg sync.WaitGroup
+		for i, layout := range layouts {
+			one := func() {
+				results[i].samples, results[i].run, results[i].err = b.soak(ctx, layout)
 			}
-			samples, run, err := b.soak(ctx, layout)
-			if err != nil {
-				return fmt.Errorf("soak %s: %w", sys, err)
-			}
-			if len(samples) == 0 {
+			if !o.soakTogether {
+				one()
 				continue
 			}
-			last := samples[len(samples)-1]
-			var maxDead int64
-			for _, s := range samples {
-				maxDead = max(maxDead, s.dead)
-				b.logf("soak %s rep %d at %s: %.1f MiB, %d live, %d dead rows, %d partitions, %d deleted by retention",
-					sys, rep+1, s.at.Round(time.Second), float64(s.bytes)/(1<<20), s.live, s.dead, s.partitions, s.deletedRows)
+			wg.Add(1)
+			go func() { defer wg.Done(); one() }()
+		}
+		wg.Wait()
+		for i, layout := range layouts {
+			if err := results[i].err; err != nil {
+				return fmt.Errorf("soak %s: %w", soakSys(layout), err)
 			}
-			half := samples[len(samples)/2]
-			cas := fmt.Sprintf("%d/s for %s, retention %s", o.soakRate, o.soakFor, o.soakRetain)
-			b.rep.add("partition-soak", cas, sys, "MiB at the end", float64(last.bytes)/(1<<20))
-			b.rep.add("partition-soak", cas, sys, "MiB at half time", float64(half.bytes)/(1<<20))
-			b.rep.add("partition-soak", cas, sys, "dead rows at the end", float64(last.dead))
-			b.rep.add("partition-soak", cas, sys, "most dead rows", float64(maxDead))
-			b.rep.add("partition-soak", cas, sys, "live rows at the end", float64(last.live))
-			b.rep.add("partition-soak", cas, sys, "rows deleted by retention", float64(last.deletedRows))
-			b.rep.add("partition-soak", cas, sys, "events/s written", run.written)
-			b.rep.add("partition-soak", cas, sys, "events relayed", float64(run.relayed))
-			b.rep.add("partition-soak", cas, sys, "events left pending", float64(run.pending))
-			// Bounded: the largest size of the run's last third against
-			// the largest of its middle third (1 when it levelled off).
-			mid, late := thirdsMax(samples)
-			if mid > 0 {
-				b.rep.add("partition-soak", cas, sys, "largest MiB, last third / middle third", float64(late)/float64(mid))
-			}
-			b.logf("soak %s rep %d: %.0f events/s written, %d relayed, %d left pending", sys, rep+1, run.written, run.relayed, run.pending)
+			b.soakReport(rep, layout, results[i].samples, results[i].run)
 		}
 	}
 	return nil
+}
+
+func soakSys(layout postgres.Partitioning) string {
+	if layout == postgres.PartitionNone {
+		return sysPlain
+	}
+	return layout.String() + " partitions"
+}
+
+// soakReport adds one layout's soak to the report.
+func (b *bench) soakReport(rep int, layout postgres.Partitioning, samples []soakSample, run soakRun) {
+	o, sys := b.o, soakSys(layout)
+	if len(samples) == 0 {
+		return
+	}
+	last := samples[len(samples)-1]
+	var maxDead int64
+	var maxShare float64
+	for _, s := range samples {
+		maxDead, maxShare = max(maxDead, s.dead), max(maxShare, s.deadShare())
+		b.logf("soak %s rep %d at %s: %.1f MiB, %d live, %d dead rows (%.1f %%), %d partitions, %d deleted by retention, %d vacuums",
+			sys, rep+1, s.at.Round(time.Second), float64(s.bytes)/(1<<20), s.live, s.dead, 100*s.deadShare(), s.partitions, s.deletedRows, s.vacuums)
+	}
+	half := samples[len(samples)/2]
+	cas := fmt.Sprintf("%d/s for %s, retention %s", o.soakRate, o.soakFor, o.soakRetain)
+	b.rep.add("partition-soak", cas, sys, "MiB at the end", float64(last.bytes)/(1<<20))
+	b.rep.add("partition-soak", cas, sys, "MiB at half time", float64(half.bytes)/(1<<20))
+	b.rep.add("partition-soak", cas, sys, "dead rows at the end", float64(last.dead))
+	b.rep.add("partition-soak", cas, sys, "most dead rows", float64(maxDead))
+	b.rep.add("partition-soak", cas, sys, "dead rows / all rows at the end", last.deadShare())
+	b.rep.add("partition-soak", cas, sys, "most dead rows / all rows", maxShare)
+	b.rep.add("partition-soak", cas, sys, "live rows at the end", float64(last.live))
+	b.rep.add("partition-soak", cas, sys, "rows deleted by retention", float64(last.deletedRows))
+	b.rep.add("partition-soak", cas, sys, "vacuums", float64(last.vacuums))
+	b.rep.add("partition-soak", cas, sys, "events/s written", run.written)
+	b.rep.add("partition-soak", cas, sys, "events relayed", float64(run.relayed))
+	b.rep.add("partition-soak", cas, sys, "events left pending", float64(run.pending))
+	// Bounded: the largest size of the run's last third against
+	// the largest of its middle third (1 when it levelled off).
+	mid, late := thirdsMax(samples)
+	if mid > 0 {
+		b.rep.add("partition-soak", cas, sys, "largest MiB, last third / middle third", float64(late)/float64(mid))
+	}
+	b.logf("soak %s rep %d: %.0f events/s written, %d relayed, %d left pending", sys, rep+1, run.written, run.relayed, run.pending)
 }
 
 // soakRun is what one layout's soak wrote and relayed.
@@ -225,8 +280,9 @@ func soakMeasure(ctx context.Context, s *schema) (soakSample, error) {
 	time.Sleep(1100 * time.Millisecond) // let the backends flush their statistics
 	var sm soakSample
 	err := s.pool.QueryRow(ctx, `SELECT COALESCE(sum(pg_total_relation_size(t.relid)), 0)::int8,
-	COALESCE(sum(st.n_live_tup), 0)::int8, COALESCE(sum(st.n_dead_tup), 0)::int8, count(*) FILTER (WHERE t.isleaf)::int
+	COALESCE(sum(st.n_live_tup), 0)::int8, COALESCE(sum(st.n_dead_tup), 0)::int8, count(*) FILTER (WHERE t.isleaf)::int,
+	COALESCE(sum(st.vacuum_count + st.autovacuum_count), 0)::int8
 FROM `+outboxTree+` LEFT JOIN pg_stat_user_tables st ON st.relid = t.relid`, s.table(postgres.DefaultTable)).
-		Scan(&sm.bytes, &sm.live, &sm.dead, &sm.partitions)
+		Scan(&sm.bytes, &sm.live, &sm.dead, &sm.partitions, &sm.vacuums)
 	return sm, err
 }

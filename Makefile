@@ -4,7 +4,7 @@ GO ?= go
 # pattern reaches all of them, where ./... would stop at the root module.
 PKGS := github.com/outboxkit/outboxkit/...
 
-.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak failover soak partitions-bench partition-soak
+.PHONY: test fmt-check vet unit repo-check examples-smoke fmt jaeger-check chaos fuzz bench relay-soak failover soak partitions-bench partition-soak partition-soak-autovacuum
 
 test: fmt-check vet repo-check unit examples-smoke
 
@@ -98,12 +98,17 @@ bench:
 # The partitioned layout (contrib/bench partitions.go): 10,000,000 published
 # rows kept beside a drain and a latency run, on the plain layout and on
 # daily partitions, and one day of 1,000,000 retired both ways; about ten
-# minutes. partition-soak: 2,000 events/s for 30 minutes per layout (plain,
-# then 5-minute partitions; BENCHFLAGS=-soak-partitions=hourly for others)
-# with a 10-minute retention, the table's size and dead rows sampled (an
-# hour).
+# minutes. partition-soak: 2,000 events/s for 30 minutes on each layout,
+# side by side (plain and 5-minute partitions; BENCHFLAGS=-soak-partitions=hourly
+# for others, -soak-together=false for one after the other) with a 10-minute
+# retention, the table's size and dead rows sampled, on the main server
+# (autovacuum off here). partition-soak-autovacuum: the same on a scratch
+# cluster with PostgreSQL's defaults, autovacuum on (scripts/; needs root).
 partitions-bench:
 	$(GO) run ./contrib/bench -workloads partitions -reps 3 -v $(BENCHFLAGS)
 
 partition-soak:
 	$(GO) run ./contrib/bench -workloads partition-soak -reps 1 -v $(BENCHFLAGS)
+
+partition-soak-autovacuum:
+	scripts/partition-soak-autovacuum.sh /tmp/partition-soak-autovacuum $(BENCHFLAGS)

@@ -218,8 +218,8 @@ type MigrateConfig struct {
 	// default), and hourly or 5-minute partitions would number 720 or
 	// 8,640. Tables that exist keep their layout: asking for partitions on
 	// an existing plain outbox table fails with a *LayoutError, and
-	// ConvertToPartitioned converts it online (the processed table
-	// stays plain).
+	// ConvertToPartitioned converts it online (and the processed table,
+	// unless it holds IDs that are not UUID v7).
 	Partitions Partitioning
 	// PartitionsAhead is how many periods of the outbox table after the
 	// current one the migration creates partitions for, with the

@@ -75,6 +75,18 @@
 // figures do. A trial during which PostgreSQL restarted (the server is shared
 // with the chaos suite) is run again, and the report says so.
 //
+// Two workloads run only when named (make partitions-bench, make
+// partition-soak): partitions (partitions.go), the partitioned layout
+// beside the plain one, each drained and paced on an empty table and on
+// one keeping -partition-retained published rows (vacuumed between its
+// trials, so each starts with no dead rows, as an empty one does), and a
+// day of -partition-retire rows retired by dropping its partition against
+// batched DELETE; and partition-soak (partition_soak.go), both layouts
+// written and relayed at -soak-rate with a short retention for
+// -soak-duration, side by side, their size and dead rows sampled.
+// scripts/partition-soak-autovacuum.sh runs the soak on a scratch cluster
+// with autovacuum on, as a production server has it.
+//
 // -proposals adds prototypes of proposed store and relay changes
 // (proposal.go), measured beside the real thing; see
 // docs/BENCHMARKS.md.

@@ -271,7 +271,10 @@ FROM (SELECT now() - $2::int * interval '1 day' + g * (interval '1 day' / $1::in
 // checkpoints as the seeding did.
 func (b *bench) vacuumKept(ctx context.Context, s *schema) error {
 	t0 := time.Now()
-	for _, stmt := range []string{"VACUUM " + s.table(postgres.DefaultTable), "CHECKPOINT"} {
+	// INDEX_CLEANUP ON: with fewer than 2 % of the table's pages holding
+	// dead rows (100,000 events beside 10,000,000), VACUUM would skip the
+	// indexes and leave the trial's pending-index entries in place.
+	for _, stmt := range []string{"VACUUM (INDEX_CLEANUP ON) " + s.table(postgres.DefaultTable), "CHECKPOINT"} {
 		if _, err := s.pool.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("after the trial: %s: %w", stmt, err)
 		}

@@ -18,8 +18,9 @@ import (
 // outbox tables, the migrations create them partitioned; on a plain
 // outbox table, migrate converts it online (postgres.ConvertToPartitioned)
 // after applying what is pending; on a partitioned one it applies what is
-// pending. With --print, the printed script creates the partitioned
-// layout.
+// pending. The processed table beside it is converted too (by day),
+// unless it holds event IDs that are not UUID v7, which a warning then
+// names. With --print, the printed script creates the partitioned layout.
 
 // partitionsLayouts are the partitioned layouts ParsePartitioning reads,
 // as --partitions' help and errors name them.
@@ -98,9 +99,7 @@ func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
 		}
 		fmt.Fprintf(a.stdout, "schema %s, table %s: converted: rows created before %s stay in %s, later ones go to their %s's partition; the swap held the table for %s\n",
 			a.g.schema, a.g.table, rep.CutOver.UTC().Format(time.RFC3339), rep.Legacy, layoutUnit(layout), rep.Took.Round(time.Millisecond))
-		for _, w := range rep.Warnings {
-			a.warn("%s", w)
-		}
+		a.reportProcessedConversion(rep)
 		return nil
 	}
 	if err != nil {
@@ -108,10 +107,33 @@ func (a *app) migratePartitioned(ctx context.Context, partitions string) error {
 	}
 	if len(applied) == 0 {
 		fmt.Fprintf(a.stdout, "schema %s, table %s: already up to date\n", a.g.schema, a.g.table)
-		return nil
+	} else {
+		fmt.Fprintf(a.stdout, "schema %s, table %s: applied %s (%s partitions for new tables)\n", a.g.schema, a.g.table, versionNames(m, applied), layout)
 	}
-	fmt.Fprintf(a.stdout, "schema %s, table %s: applied %s (%s partitions for new tables)\n", a.g.schema, a.g.table, versionNames(m, applied), layout)
+	// A partitioned outbox table beside a plain processed table (converted
+	// by a version that left that one plain): convert it now. Nothing to
+	// do (two catalog reads) when both are partitioned.
+	rep, err := postgres.ConvertToPartitioned(ctx, pool, &postgres.MigrateConfig{Schema: a.g.schema, Table: a.g.table, Partitions: layout})
+	if err != nil {
+		return a.dbError(err)
+	}
+	a.reportProcessedConversion(rep)
 	return nil
+}
+
+// reportProcessedConversion prints what a conversion did to the
+// processed table, and its warnings.
+func (a *app) reportProcessedConversion(rep postgres.ConversionReport) {
+	if p := rep.Processed; p != nil {
+		fmt.Fprintf(a.stdout, "schema %s, table %s_processed: converted: records of events created before %s stay in %s, later ones go to their day's partition; the swap held the table for %s\n",
+			a.g.schema, a.g.table, p.CutOver.UTC().Format(time.RFC3339), p.Legacy, p.Took.Round(time.Millisecond))
+		for _, w := range p.Warnings {
+			a.warn("%s", w)
+		}
+	}
+	for _, w := range rep.Warnings {
+		a.warn("%s", w)
+	}
 }
 
 // tableLayout is the outbox table's layout (an error when it does not

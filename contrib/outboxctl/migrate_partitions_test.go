@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outboxkit/internal/pgtest"
@@ -141,13 +142,16 @@ func TestMigratePartitionsConvertsPlain(t *testing.T) {
 
 	r := cli(t, env(), "migrate", "--partitions", "daily", "--schema", o.schema)
 	wantOK(t, r)
-	for _, want := range []string{"converting the plain outbox table to daily partitions", "converted: rows created before", "outbox_events_legacy", "their day's partition"} {
+	for _, want := range []string{"converting the plain outbox table to daily partitions", "converted: rows created before", "outbox_events_legacy", "their day's partition",
+		"table outbox_events_processed: converted: records of events created before", "outbox_events_processed_legacy"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("migrate --partitions daily on a plain table: no %q in\n%s", want, r.stdout)
 		}
 	}
-	if k := relkind(t, o.pool, o.schema, "outbox_events"); k != "p" {
-		t.Errorf("the outbox table is of kind %q after the conversion, want p", k)
+	for _, table := range []string{"outbox_events", "outbox_events_processed"} {
+		if k := relkind(t, o.pool, o.schema, table); k != "p" {
+			t.Errorf("%s is of kind %q after the conversion, want p", table, k)
+		}
 	}
 	if k := relkind(t, o.pool, o.schema, "outbox_events_legacy"); k != "r" {
 		t.Errorf("the legacy partition is of kind %q, want r (the old table)", k)
@@ -161,6 +165,34 @@ func TestMigratePartitionsConvertsPlain(t *testing.T) {
 	wantOK(t, r)
 	if !strings.Contains(r.stdout, "already up to date") {
 		t.Errorf("migrate --partitions daily after the conversion: %q", r.stdout)
+	}
+}
+
+// TestMigratePartitionsProcessedLater: a processed table holding a record
+// of a random ID stays plain when the outbox table is converted, with a
+// warning; once that record is gone, migrate --partitions converts it
+// beside the partitioned outbox table.
+func TestMigratePartitionsProcessedLater(t *testing.T) {
+	t.Parallel()
+	o := newOutbox(t)
+	proc := pgx.Identifier{o.schema, "outbox_events_processed"}.Sanitize()
+	o.exec(t, `INSERT INTO `+proc+` (consumer, event_id) VALUES ('billing', 'f47ac10b-58cc-4372-a567-0e02b2c3d479')`)
+	r := cli(t, env(), "migrate", "--partitions", "daily", "--schema", o.schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stderr, "stays plain: 1 of its records") {
+		t.Errorf("no warning that the processed table stays plain:\n%s", r.stderr)
+	}
+	if k := relkind(t, o.pool, o.schema, "outbox_events_processed"); k != "r" {
+		t.Fatalf("the processed table is of kind %q, want r (plain)", k)
+	}
+	o.exec(t, `DELETE FROM `+proc)
+	r = cli(t, env(), "migrate", "--partitions", "daily", "--schema", o.schema)
+	wantOK(t, r)
+	if !strings.Contains(r.stdout, "already up to date") || !strings.Contains(r.stdout, "table outbox_events_processed: converted") {
+		t.Errorf("migrate --partitions daily beside a plain processed table: %q", r.stdout)
+	}
+	if k := relkind(t, o.pool, o.schema, "outbox_events_processed"); k != "p" {
+		t.Errorf("the processed table is of kind %q, want p", k)
 	}
 }
 

@@ -99,8 +99,8 @@ bench:
 # rows kept beside a drain and a latency run, on the plain layout and on
 # daily partitions, and one day of 1,000,000 retired both ways; about ten
 # minutes. partition-soak: 2,000 events/s for 30 minutes on each layout,
-# side by side (plain and 5-minute partitions; BENCHFLAGS=-soak-partitions=hourly
-# for others, -soak-together=false for one after the other) with a 10-minute
+# one after the other (plain and 5-minute partitions; BENCHFLAGS=-soak-partitions=hourly
+# for others, -soak-together for both at once on a larger machine) with a 10-minute
 # retention, the table's size and dead rows sampled, on the main server
 # (autovacuum off here). partition-soak-autovacuum: the same on a scratch
 # cluster with PostgreSQL's defaults, autovacuum on (scripts/; needs root).

@@ -3,7 +3,8 @@
 # as a production server runs: the project's main server has it off, so
 # the soak runs on a scratch cluster left at PostgreSQL's defaults
 # (autovacuum on, autovacuum_naptime 1 min, three workers), the plain
-# table and the partitioned one side by side.
+# table and then the partitioned one (about an hour; -soak-together runs
+# both at once on a machine with the cores for it).
 #
 #   scripts/partition-soak-autovacuum.sh [outdir] [bench flags...]
 #

@@ -83,7 +83,7 @@
 // day of -partition-retire rows retired by dropping its partition against
 // batched DELETE; and partition-soak (partition_soak.go), both layouts
 // written and relayed at -soak-rate with a short retention for
-// -soak-duration, side by side, their size and dead rows sampled.
+// -soak-duration, one after the other, their size and dead rows sampled.
 // scripts/partition-soak-autovacuum.sh runs the soak on a scratch cluster
 // with autovacuum on, as a production server has it.
 //

@@ -120,8 +120,6 @@ func (b *bench) soakReport(rep int, layout postgres.Partitioning, samples []soak
 	var maxShare float64
 	for _, s := range samples {
 		maxDead, maxShare = max(maxDead, s.dead), max(maxShare, s.deadShare())
-		b.logf("soak %s rep %d at %s: %.1f MiB, %d live, %d dead rows (%.1f %%), %d partitions, %d deleted by retention, %d vacuums",
-			sys, rep+1, s.at.Round(time.Second), float64(s.bytes)/(1<<20), s.live, s.dead, 100*s.deadShare(), s.partitions, s.deletedRows, s.vacuums)
 	}
 	half := samples[len(samples)/2]
 	cas := fmt.Sprintf("%d/s for %s, retention %s", o.soakRate, o.soakFor, o.soakRetain)
@@ -233,6 +231,7 @@ func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakS
 			}
 			sm.at, sm.deletedRows = time.Since(start), ret.Stats().PublishedDeleted
 			samples = append(samples, sm)
+			b.logSoakSample(layout, sm)
 		}
 	}()
 	n := o.soakRate * int(o.soakFor/time.Second)
@@ -274,8 +273,16 @@ func (b *bench) soak(ctx context.Context, layout postgres.Partitioning) ([]soakS
 	if sm, merr := soakMeasure(context.WithoutCancel(ctx), s); merr == nil {
 		sm.at, sm.deletedRows = time.Since(start), ret.Stats().PublishedDeleted
 		samples = append(samples, sm)
+		b.logSoakSample(layout, sm)
 	}
 	return samples, run, nil
+}
+
+// logSoakSample logs one sample as it is taken, so a long soak can be
+// followed.
+func (b *bench) logSoakSample(layout postgres.Partitioning, s soakSample) {
+	b.logf("soak %s at %s: %.1f MiB, %d live, %d dead rows (%.1f %%), %d partitions, %d deleted by retention, %d vacuums",
+		soakSys(layout), s.at.Round(time.Second), float64(s.bytes)/(1<<20), s.live, s.dead, 100*s.deadShare(), s.partitions, s.deletedRows, s.vacuums)
 }
 
 // soakMeasure reads the outbox table's size and rows over its partitions.

@@ -265,6 +265,60 @@ func TestSmokeGrowth(t *testing.T) {
 	}
 }
 
+// TestSmokePartitions runs the partitions workload at a tiny size (both
+// layouts, 5,000 rows kept, a backlog of 2,000, a day of 2,000 retired) and
+// the partition soak for a few seconds with its layouts side by side: every
+// trial's checks pass (the kept tables VACUUMed between trials), and the
+// soak's samples (sizes, dead rows, VACUUMs) and the retire target are
+// measured.
+func TestSmokePartitions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped with -short: runs PostgreSQL")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep := runJSON(ctx, t, "-workloads", "partitions,partition-soak", "-events", "2000", "-batches", "100", "-reps", "1",
+		"-partition-retained", "5000", "-partition-days", "2", "-partition-rate", "500", "-latency-duration", "1s", "-partition-retire", "2000",
+		"-soak-duration", "3s", "-soak-rate", "200", "-soak-retention", "1s", "-soak-together")
+	for _, sys := range []string{sysPlain, sysDaily} {
+		for _, cas := range []string{"drain batch=100 empty", "drain batch=100 retained=5,000"} {
+			if s := rep.find("partitions", cas, sys, "events/s"); s == nil || len(s.Values) != 1 || !(s.Median > 0) {
+				t.Errorf("partitions %s %s: series %+v, want one positive value", cas, sys, s)
+			}
+		}
+		if s := rep.find("partitions", "latency 500/s retained=5,000", sys, "p50 ms"); s == nil || !(s.Median > 0) {
+			t.Errorf("partitions latency %s: series %+v", sys, s)
+		}
+	}
+	if tg := findTarget(rep, "partitions: retire one day, daily partitions ≤ 1 s"); tg == nil || !tg.Found || !(tg.Value > 0) {
+		t.Errorf("retire target: %+v, want it measured", tg)
+	}
+	for _, sys := range []string{sysPlain, "5m partitions"} {
+		cas := "200/s for 3s, retention 1s"
+		if s := rep.find("partition-soak", cas, sys, "events relayed"); s == nil || s.Median != 600 {
+			t.Errorf("soak %s: events relayed %+v, want 600", sys, s)
+		}
+		for _, m := range []string{"MiB at the end", "dead rows / all rows at the end", "vacuums"} {
+			if s := rep.find("partition-soak", cas, sys, m); s == nil || !(s.Median >= 0) {
+				t.Errorf("soak %s %s: series %+v", sys, m, s)
+			}
+		}
+	}
+	checks := 0
+	for _, c := range rep.Checks {
+		if c.Workload == "partitions" {
+			checks++
+			if !c.OK {
+				t.Errorf("partitions check %s %s: %+v", c.Case, c.System, c)
+			}
+		}
+	}
+	if checks != 10 {
+		t.Errorf("%d partitions checks, want 10 (4 drains, 4 latency runs, 2 retirements)", checks)
+	}
+}
+
 // TestSmokeConsumer runs the consumer workload at a tiny size (200
 // deliveries at 1,000/s, so the inbox's target is measured, and 200 closed
 // loop) and checks its series, ratios, target and checks: every event

@@ -306,7 +306,11 @@
 //     per period kept, so keep retention / period modest. The processed
 //     table is partitioned by day whatever the outbox table's period: its
 //     records are kept for days (RetainProcessed), and periods of minutes
-//     would make thousands of partitions of it.
+//     would make thousands of partitions of it. Between its passes the
+//     leader also vacuums the partitions the settlements leave dead rows
+//     in (Partitions.Vacuum, every RetentionConfig.VacuumInterval, 10s),
+//     rather than waiting for autovacuum's minute while the claims walk
+//     past them.
 //     docs/SCHEMA.md, "The partitioned layout", says what differs.
 //   - The table has fillfactor 40 (migration 004) so every lease update
 //     stays on its page: touching no indexed column, it is then a HOT update

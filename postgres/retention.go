@@ -47,6 +47,15 @@ type Retention struct {
 
 	backlogSQL string
 
+	// Between passes, on a partitioned outbox table, the leader vacuums
+	// (retention_partitions.go). partitioned is what the last pass found,
+	// vacuumAt when the next VACUUM is due (it carries over from one pass
+	// to the next), vacuumFailing how many failed in a row. Only the
+	// goroutine running Run or RunOnce touches them.
+	partitioned   bool
+	vacuumAt      time.Time
+	vacuumFailing int
+
 	running atomic.Bool
 
 	mu    sync.Mutex
@@ -100,6 +109,10 @@ type RetentionStats struct {
 	// Retention created and dropped as leader of a partitioned table, and
 	// DeadLettersMoved the dead letters it moved out of dropped ones.
 	PartitionsCreated, PartitionsDropped, DeadLettersMoved int64
+	// Vacuums counts the partitions this Retention vacuumed as leader
+	// (RetentionConfig.VacuumInterval), and VacuumedDeadRows the dead rows
+	// the statistics counted in them before.
+	Vacuums, VacuumedDeadRows int64
 	// Passes counts passes that ran to the end; FailedPasses those that
 	// did not (LastError says why).
 	Passes, FailedPasses int64
@@ -318,7 +331,7 @@ func (r *Retention) lead(ctx context.Context, t leaseTerm, once bool) (Retention
 		if term.Err() != nil || once {
 			break
 		}
-		sleepCtx(term, r.cfg.Interval)
+		r.vacuumUntil(term, time.Now().Add(r.cfg.Interval))
 		if term.Err() != nil {
 			break
 		}
@@ -415,6 +428,9 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	if !partitioned {
+		r.partitioned = false
+	}
 	if r.cfg.RetainPublished >= 0 {
 		res.PublishedBefore = now.Add(-r.cfg.RetainPublished)
 	}
@@ -426,6 +442,7 @@ func (r *Retention) pass(ctx context.Context) (res RetentionResult, err error) {
 		if res.Partitions, err = r.maintain(ctx, res); err != nil {
 			return res, err
 		}
+		r.partitioned = res.Partitions.Outbox != PartitionNone
 	}
 	batch := r.cfg.BatchSize
 	switch {

@@ -37,6 +37,9 @@ const (
 	// MinRetentionLease is the shortest LeaseDuration accepted: shorter
 	// leases change hands on an ordinary database hiccup.
 	MinRetentionLease = time.Second
+	// DefaultVacuumInterval is how often the leader vacuums the partitions
+	// of a partitioned outbox table that have dead rows enough.
+	DefaultVacuumInterval = 10 * time.Second
 )
 
 // RetentionConfig configures a Retention. The zero value is usable: every
@@ -101,6 +104,16 @@ type RetentionConfig struct {
 	// LockTimeout). Defaults to DefaultPartitionLockTimeout (200ms).
 	PartitionLockTimeout time.Duration
 
+	// VacuumInterval is, on a partitioned outbox table, how often the
+	// leader vacuums its partitions that hold dead rows enough
+	// (Partitions.Vacuum), between its passes: every settled event leaves
+	// a dead row in the current period's partition, where the claims
+	// read, and autovacuum comes at most once a minute, or not at all
+	// where it is off. A negative value leaves them to autovacuum. On a
+	// plain table it does nothing. Defaults to DefaultVacuumInterval
+	// (10s).
+	VacuumInterval time.Duration
+
 	// Holder names this Retention in the lease row, in logs and in
 	// Stats. It must be unique among the Retentions sharing a table: a
 	// Retention whose Holder holds the lease is taken for the leader.
@@ -144,6 +157,9 @@ func (c RetentionConfig) WithDefaults() RetentionConfig {
 	}
 	if c.LeaseDuration == 0 {
 		c.LeaseDuration = DefaultRetentionLease
+	}
+	if c.VacuumInterval == 0 {
+		c.VacuumInterval = DefaultVacuumInterval
 	}
 	if c.Holder == "" {
 		c.Holder = defaultHolder()

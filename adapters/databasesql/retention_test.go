@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxkit/outboxkit/internal/pgtest"
 	"github.com/outboxkit/outboxkit/postgres"
 )
 
@@ -103,6 +104,66 @@ func TestRetention(t *testing.T) {
 			err = db.QueryRowContext(context.Background(), `SELECT until > now() FROM `+pgx.Identifier{schema, "outboxkit_leases"}.Sanitize()+` WHERE name = 'outbox_events/retention'`).Scan(&live)
 			if err != nil || live {
 				t.Fatalf("lease after RunOnce: live %v, %v; RunOnce hands it back", live, err)
+			}
+		})
+	}
+}
+
+// The leader's VACUUM of the partitions (Partitions.Vacuum) through lib/pq
+// and pgx's stdlib: its threshold's parameters are typed by the statement,
+// not by the driver (lib/pq sends them as text), and VACUUM runs outside
+// a transaction.
+func TestPartitionsVacuum(t *testing.T) {
+	t.Parallel()
+	for _, d := range drivers {
+		t.Run(driverLabel(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := openDB(t, d, 3)
+			schema := pgtest.Schema(t, pgtest.Pool(t, 2), "sqlvac")
+			if err := postgres.Migrate(ctx, db, &postgres.MigrateConfig{Schema: schema, Partitions: postgres.PartitionDaily}); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			var now time.Time
+			if err := db.QueryRowContext(ctx, "SELECT now()").Scan(&now); err != nil {
+				t.Fatal(err)
+			}
+			current := postgres.PartitionDaily.PartitionName("outbox_events", now)
+			ob := pgx.Identifier{schema, "outbox_events"}.Sanitize()
+			for _, q := range []string{
+				// Only the VACUUM under test removes the dead rows.
+				`ALTER TABLE ` + pgx.Identifier{schema, current}.Sanitize() + ` SET (autovacuum_enabled = false)`,
+				`INSERT INTO ` + ob + ` (event_type, payload) SELECT 'vacuum.test', '{}' FROM generate_series(1, 2000)`,
+				`UPDATE ` + ob + ` SET published_at = now()`,
+			} {
+				if _, err := db.ExecContext(ctx, q); err != nil {
+					t.Fatalf("%s: %v", q, err)
+				}
+			}
+			dead := func() (n int64) {
+				if err := db.QueryRowContext(ctx, `SELECT COALESCE((SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = $2), -1)`, schema, current).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			// The statistics trail the statements by about a second.
+			deadline := time.Now().Add(20 * time.Second)
+			for dead() < 2000 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the statistics did not count %s's 2000 dead rows within 20s", current)
+				}
+				time.Sleep(20 * time.Millisecond) // polling a condition, with a deadline
+			}
+			p, err := postgres.NewPartitions(db, &postgres.PartitionsConfig{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := p.Vacuum(ctx)
+			if err != nil || len(rep.Vacuumed) != 1 || rep.Vacuumed[0] != current || rep.DeadRows < 2000 {
+				t.Fatalf("Vacuum = %+v, %v; want %s vacuumed with at least 2000 dead rows", rep, err, current)
+			}
+			if n := dead(); n != 0 {
+				t.Fatalf("%s has %d dead rows after the VACUUM, want 0", current, n)
 			}
 		})
 	}

@@ -29,8 +29,11 @@ type bench struct {
 	// with -v, so it is safe for concurrent use.
 	stderr io.Writer
 	// schemas this run created, dropped again at the end if a trial
-	// could not.
-	schemas []string
+	// could not. schemasMu guards it: workloads create schemas from
+	// several goroutines (the partition soak's layouts side by side with
+	// -soak-together).
+	schemasMu sync.Mutex
+	schemas   []string
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -543,7 +546,7 @@ func (b *bench) finish() {
 func (b *bench) outboxSchema(ctx context.Context) (*schema, error) {
 	s, err := outboxSchema(ctx, b.admin)
 	if err == nil {
-		b.schemas = append(b.schemas, s.name)
+		b.rememberSchema(s.name)
 	}
 	return s, err
 }
@@ -551,14 +554,25 @@ func (b *bench) outboxSchema(ctx context.Context) (*schema, error) {
 func (b *bench) createSchema(ctx context.Context) (*schema, error) {
 	s, err := createSchema(ctx, b.admin)
 	if err == nil {
-		b.schemas = append(b.schemas, s.name)
+		b.rememberSchema(s.name)
 	}
 	return s, err
 }
 
+// rememberSchema adds name to the schemas dropped at the end; safe for
+// concurrent use.
+func (b *bench) rememberSchema(name string) {
+	b.schemasMu.Lock()
+	defer b.schemasMu.Unlock()
+	b.schemas = append(b.schemas, name)
+}
+
 // dropLeftovers drops the schemas of this run that still exist.
 func (b *bench) dropLeftovers(ctx context.Context) {
-	rows, err := b.admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname = ANY($1)`, b.schemas)
+	b.schemasMu.Lock()
+	schemas := slices.Clone(b.schemas)
+	b.schemasMu.Unlock()
+	rows, err := b.admin.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname = ANY($1)`, schemas)
 	if err != nil {
 		return
 	}

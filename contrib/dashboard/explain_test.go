@@ -250,7 +250,8 @@ func eventQueriesUseTheirIndex(t *testing.T, db testDB) {
 
 // TestOverviewQueriesUseIndexes: the overview reads the pending set, the
 // dead letters and the last hour through their partial indexes, never by
-// scanning the table.
+// scanning the table. On the partitioned layout only the current period's
+// partition may be scanned (early in the period it holds few rows).
 func TestOverviewQueriesUseIndexes(t *testing.T) {
 	t.Parallel()
 	for _, layout := range []postgres.Partitioning{postgres.PartitionNone, postgres.PartitionDaily} {
@@ -268,6 +269,11 @@ func overviewQueriesUseIndexes(t *testing.T, db testDB) {
 	n := newTableNames(db.schema, "outbox_events")
 	parents := indexParents(t, db)
 	empty := emptyRelations(t, db)
+	// Early in a period the current period's partition holds only the
+	// seed's last minutes, and a sequential scan of it is PostgreSQL's
+	// right plan; every older partition holds hours of the seed and must
+	// still be read by index.
+	current := currentPartition(t, db)
 	for _, tc := range []struct {
 		name, sql, index string
 		args             []any
@@ -281,7 +287,7 @@ func overviewQueriesUseIndexes(t *testing.T, db testDB) {
 		plan := explain(t, db, tc.sql, tc.args...)
 		onIndex := false
 		plan.walk(func(p planNode) {
-			if p.NodeType == "Seq Scan" && !empty[p.Relation] {
+			if p.NodeType == "Seq Scan" && !empty[p.Relation] && p.Relation != current {
 				t.Errorf("%s: a sequential scan of %s", tc.name, p.Relation)
 			}
 			idx := p.IndexName
@@ -299,6 +305,30 @@ func overviewQueriesUseIndexes(t *testing.T, db testDB) {
 }
 
 func (testDB) schemaFreeSlotIdx() string { return "outbox_events_slot_idx" }
+
+// currentPartition is the name of db's outbox partition that covers the
+// database's now(), "" on the plain layout.
+func currentPartition(t *testing.T, db testDB) string {
+	t.Helper()
+	partitioned, parts, err := readPartitions(ctxT(t), db.pool, newTableNames(db.schema, "outbox_events"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !partitioned {
+		return ""
+	}
+	var now time.Time
+	if err := db.pool.QueryRow(ctxT(t), `SELECT now()`).Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		if !p.Default && !now.Before(p.From) && now.Before(p.To) {
+			return p.Name
+		}
+	}
+	t.Fatalf("no partition covers %s: %+v", now, parts)
+	return ""
+}
 
 // indexParents maps the indexes of db's outbox partitions to the index
 // of the table they stand for: a partition's copy of a partitioned index

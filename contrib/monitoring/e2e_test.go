@@ -420,6 +420,7 @@ var onlyPartitioned = map[string]bool{
 	"outboxctl_retention_partitions_created_total": true,
 	"outboxctl_retention_partitions_dropped_total": true,
 	"outboxctl_retention_dead_letters_moved_total": true,
+	"outboxctl_retention_vacuums_total":            true,
 }
 
 // usedFamilies are the families the rules and the dashboard query.

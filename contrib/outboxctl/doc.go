@@ -68,7 +68,9 @@
 // the OTEL_* variables name an endpoint, relays many tenants (--schemas
 // a,b,c or '*', databases from a --config YAML file), waits for its
 // dependencies at start with --wait, and prunes old rows (--retain-published
-// 7d, --retain-processed 30d) from one relay per table at a time.
+// 7d, --retain-processed 30d) from one relay per table at a time; on a
+// partitioned table that leader also vacuums the partitions the settled
+// events leave dead rows in (--vacuum-interval 10s).
 //
 // Its metric names are stable; alert rules and dashboards use them. From
 // the tracing package's instruments, each labelled database (host:port/name,
@@ -100,6 +102,7 @@
 //	outboxctl_retention_partitions_created_total      counter per tenant (partitioned layout)
 //	outboxctl_retention_partitions_dropped_total      counter per tenant (partitioned layout)
 //	outboxctl_retention_dead_letters_moved_total      counter per tenant (partitioned layout)
+//	outboxctl_retention_vacuums_total                 counter per tenant: partitions the leader vacuumed (partitioned layout)
 //	outboxctl_partitions_ahead_seconds                gauge per tenant: until the newest partition ends
 //
 // plus target_info and the Go and process collectors (go_*, process_*).

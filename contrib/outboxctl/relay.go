@@ -68,7 +68,8 @@ others go on. The tenants of a database share one pool (--max-conns).
 
 --wait D retries PostgreSQL, the migrations and the transport at start for
 up to D instead of exiting. Retention (--retain-published, --retain-processed)
-runs on one relay per table at a time.
+runs on one relay per table at a time; on a partitioned table that relay
+also vacuums the partitions every --vacuum-interval.
 
 --config FILE is YAML whose keys are these flags' names (plus databases);
 ${VAR} in a value reads the environment. A flag beats its environment

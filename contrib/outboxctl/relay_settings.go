@@ -64,6 +64,9 @@ type relaySettings struct {
 	retainProcessed   time.Duration
 	retentionInterval time.Duration
 	retentionLease    time.Duration
+	// vacuumInterval is the leader's VACUUM of the partitions; 0 turns it
+	// off.
+	vacuumInterval time.Duration
 
 	configFile  string
 	printConfig bool
@@ -105,6 +108,7 @@ func (s *relaySettings) register(fs *flagSet, getenv func(string) string) {
 	newDurationFlag(fs, &s.retainPublished, "retain-published", postgres.DefaultRetainPublished, "delete published events older than this, in bounded batches, from one relay per table at a time (a leader elected through the database); 0s keeps every published event")
 	newDurationFlag(fs, &s.retainProcessed, "retain-processed", postgres.DefaultRetainProcessed, "delete processed-event records (<table>_processed) older than this; keep them longer than published events and than any transport redelivers; 0s keeps them all")
 	newDurationFlag(fs, &s.retentionInterval, "retention-interval", postgres.DefaultRetentionInterval, "time between two retention passes of the leader")
+	newDurationFlag(fs, &s.vacuumInterval, "vacuum-interval", postgres.DefaultVacuumInterval, "on a partitioned table, how often the retention leader vacuums the partitions whose dead rows call for it (each settled event leaves one); 0s leaves them to autovacuum")
 	newDurationFlag(fs, &s.retentionLease, "retention-lease", postgres.DefaultRetentionLease, "how long the retention leader's lease lasts unrenewed: when its relay dies, another takes over within it")
 	fs.StringVar(&s.configFile, "config", getenv("OUTBOXCTL_CONFIG"), "YAML `file` of settings: keys are these flags' names, plus databases (env OUTBOXCTL_CONFIG); flags and environment variables win over it")
 	fs.BoolVar(&s.printConfig, "print-config", false, "print the effective configuration as a --config file, secrets redacted, and exit")
@@ -126,6 +130,9 @@ func (s *relaySettings) checkServiceFlags() error {
 	}
 	if s.retentionInterval <= 0 {
 		return usageError("--retention-interval must be positive")
+	}
+	if s.vacuumInterval < 0 {
+		return usageError("--vacuum-interval must not be negative (0s turns the leader's VACUUM off)")
 	}
 	if s.retentionLease < postgres.MinRetentionLease {
 		return usageError(fmt.Sprintf("--retention-lease %s is shorter than %s", formatDuration(s.retentionLease), postgres.MinRetentionLease))
@@ -159,10 +166,14 @@ func (s *relaySettings) retentionConfig(db databaseSpec, schema string, logger *
 	if s.retainPublished == 0 && s.retainProcessed == 0 {
 		return nil
 	}
+	vacuum := s.vacuumInterval
+	if vacuum == 0 {
+		vacuum = -1 // off: the library reads 0 as its default
+	}
 	return &postgres.RetentionConfig{
 		Schema: schema, Table: db.Table,
 		RetainPublished: keep(s.retainPublished), RetainProcessed: keep(s.retainProcessed),
-		Interval: s.retentionInterval, LeaseDuration: s.retentionLease, Logger: logger,
+		Interval: s.retentionInterval, LeaseDuration: s.retentionLease, VacuumInterval: vacuum, Logger: logger,
 	}
 }
 

@@ -106,6 +106,21 @@ func retiredDay(t *testing.T, o outbox, published, dead int) (retired string, re
 	return retired, removed
 }
 
+// settledToday writes n events into today's partition and settles them,
+// as a relay would, leaving n dead rows there for the leader's VACUUM;
+// autovacuum is kept off the partition so that only that VACUUM removes
+// them.
+func settledToday(t *testing.T, o outbox, n int) {
+	t.Helper()
+	var day time.Time
+	if err := o.pool.QueryRow(ctxT(t), `SELECT now()`).Scan(&day); err != nil {
+		t.Fatal(err)
+	}
+	o.exec(t, fmt.Sprintf(`ALTER TABLE %q.%q SET (autovacuum_enabled = false)`, o.schema, postgres.PartitionDaily.PartitionName("outbox_events", day)))
+	o.exec(t, `INSERT INTO `+o.table()+` (event_type, payload) SELECT 'settled.today', '{}' FROM generate_series(1, $1)`, n)
+	o.exec(t, `UPDATE `+o.table()+` SET published_at = now() WHERE event_type = 'settled.today'`)
+}
+
 func countIn(t *testing.T, o outbox, partition string) int {
 	t.Helper()
 	var n int
@@ -121,7 +136,9 @@ func countIn(t *testing.T, o outbox, partition string) int {
 // so: outboxctl_retention_partitions_created_total,
 // _partitions_dropped_total and _dead_letters_moved_total per tenant, and
 // outboxctl_partitions_ahead_seconds between 2 and 3 days (2 days ahead,
-// the default).
+// the default). Between its passes the leader vacuums today's partition,
+// which settled events left dead rows in, and counts it in
+// outboxctl_retention_vacuums_total.
 func TestRelayServiceRetentionPartitions(t *testing.T) {
 	t.Parallel()
 	o := newPartitionedOutbox(t, postgres.PartitionDaily)
@@ -129,8 +146,9 @@ func TestRelayServiceRetentionPartitions(t *testing.T) {
 	const published, dead = 4, 2
 	today := time.Now().UTC().Truncate(24 * time.Hour)
 	retired, removed := retiredDay(t, o, published, dead)
+	settledToday(t, o, 1500)
 
-	p := start(t, qstashEnv(), q.relayArgs(o, "--wakeup", "poll", "--retention-interval", "200ms")...)
+	p := start(t, qstashEnv(), q.relayArgs(o, "--wakeup", "poll", "--retention-interval", "200ms", "--vacuum-interval", "100ms")...)
 	base := httpAddr(t, p)
 	waitFor(t, 30*time.Second, "the retired partition dropped and the removed ones created again", func() bool {
 		if p.exited() {
@@ -166,13 +184,15 @@ func TestRelayServiceRetentionPartitions(t *testing.T) {
 		m := scrape(t, base)
 		got = map[string]float64{}
 		for _, name := range []string{"outboxctl_retention_partitions_created_total", "outboxctl_retention_partitions_dropped_total",
-			"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds", "outboxctl_retention_leader"} {
+			"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds", "outboxctl_retention_leader",
+			"outboxctl_retention_vacuums_total"} {
 			if v, ok := metricSum(m, name, tenantLabels(o.schema)); ok {
 				got[name] = v
 			}
 		}
 		ahead, ok := got["outboxctl_partitions_ahead_seconds"]
 		return ok && got["outboxctl_retention_leader"] == 1 &&
+			got["outboxctl_retention_vacuums_total"] >= 1 &&
 			got["outboxctl_retention_partitions_created_total"] == wantCreated &&
 			got["outboxctl_retention_partitions_dropped_total"] == 1 &&
 			got["outboxctl_retention_dead_letters_moved_total"] == dead &&
@@ -203,7 +223,7 @@ func TestRelayServicePartitionMetricsPlain(t *testing.T) {
 	// layout is known once it is ready.
 	m := scrape(t, base)
 	for _, name := range []string{"outboxctl_retention_partitions_created_total", "outboxctl_retention_partitions_dropped_total",
-		"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds"} {
+		"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds", "outboxctl_retention_vacuums_total"} {
 		if _, ok := metricSum(m, name, nil); ok {
 			t.Errorf("a relay on the plain layout serves %s", name)
 		}

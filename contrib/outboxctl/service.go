@@ -519,7 +519,9 @@ func (svc *service) registerMetrics() error {
 		metric.WithDescription("Dead-lettered events this process's retention moved out of partitions it dropped into the default partition, IDs kept, so they stay replayable (partitioned layout only)."))
 	ahead, err14 := m.Float64ObservableGauge("outboxctl.partitions.ahead", metric.WithUnit("s"),
 		metric.WithDescription("How long until the newest period partition of the outbox or processed table ends, whichever is sooner (partitioned layout only, listed every 30s); negative when rows already go to the default partition for want of one."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10, err11, err12, err13, err14); err != nil {
+	vacuums, err15 := m.Int64ObservableCounter("outboxctl.retention.vacuums", metric.WithUnit("{vacuum}"),
+		metric.WithDescription("Partitions of the outbox table this process's retention vacuumed as leader, between its passes, for the dead rows settled events leave (partitioned layout only; --vacuum-interval)."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10, err11, err12, err13, err14, err15); err != nil {
 		return fmt.Errorf("create the relay's metrics: %v", err)
 	}
 	svc.failures = failures
@@ -553,10 +555,11 @@ func (svc *service) registerMetrics() error {
 			st := r.Stats()
 			// On the plain layout these stay 0: they are left out there
 			// rather than served as three more series per tenant.
-			if partitioned || st.PartitionsCreated+st.PartitionsDropped+st.DeadLettersMoved > 0 {
+			if partitioned || st.PartitionsCreated+st.PartitionsDropped+st.DeadLettersMoved+st.Vacuums > 0 {
 				o.ObserveInt64(partsCreated, st.PartitionsCreated, with())
 				o.ObserveInt64(partsDropped, st.PartitionsDropped, with())
 				o.ObserveInt64(deadMoved, st.DeadLettersMoved, with())
+				o.ObserveInt64(vacuums, st.Vacuums, with())
 			}
 			published, processed := attribute.String("kind", "published"), attribute.String("kind", "processed")
 			o.ObserveInt64(leader, boolInt(st.Leader), with())
@@ -573,7 +576,7 @@ func (svc *service) registerMetrics() error {
 			}
 		}
 		return nil
-	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes, partsCreated, partsDropped, deadMoved, ahead)
+	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes, partsCreated, partsDropped, deadMoved, vacuums, ahead)
 	if err != nil {
 		return fmt.Errorf("register the relay's metrics: %v", err)
 	}

@@ -25,14 +25,18 @@ import (
 //     Each layout's kept table is seeded once and shared by its trials
 //     (each drains a fresh backlog into it, so it grows by -events per
 //     trial); the empty tables are new for every trial. Every trial on a
-//     kept table is followed by a VACUUM of it (not timed), so that each
-//     retained trial starts, like each empty one, with no dead rows:
+//     kept table is followed by a VACUUM (ANALYZE) of it (not timed), so
+//     that each retained trial starts, like each empty one, with no dead
+//     rows and with statistics that describe the table as it is:
 //     otherwise, with autovacuum off, the kept table would carry every
 //     earlier trial's settled versions and dead pending-index entries
 //     (up to 600,000 of them by the last repetition), which the claims'
-//     floor searches walk, and the ratio would measure the dead rows of
-//     earlier trials, not the rows retained. What dead rows cost is the
-//     growth workload's question (growth.go), and the soak's.
+//     floor searches walk, and the statistics of the last drain's ANALYZE,
+//     taken with its backlog pending, which make PostgreSQL plan every
+//     claim anew (a custom plan: it estimates many due rows) where the
+//     empty table keeps one plan; the ratio would measure earlier trials,
+//     not the rows retained. What dead rows cost is the growth workload's
+//     question (growth.go), and the soak's.
 //   - retire: one day of -partition-retire published rows (and 100 dead
 //     letters) eight days old, retired with the default retention of 7
 //     days: by batched DELETE on the plain layout (Store.Prune, batches of
@@ -71,7 +75,7 @@ func (b *bench) partitionCase(what, state string) string {
 func (b *bench) runPartitions(ctx context.Context) error {
 	o := b.o
 	b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("partitions workload: retained rows (%d, created over %d days) written published by INSERT ... SELECT in one statement per day, then VACUUM ANALYZE and CHECKPOINT; "+
-		"each layout's kept table seeded once and shared by its trials (each drains a fresh backlog of %d into it), and VACUUMed after each of them (not timed), so every retained trial, like every empty one, starts with no dead rows; drains as the growth workload's (NotifyOff, 10 ms poll, pool of 3); "+
+		"each layout's kept table seeded once and shared by its trials (each drains a fresh backlog of %d into it), and VACUUM (ANALYZE)d after each of them (not timed), so every retained trial, like every empty one, starts with no dead rows and with statistics of the table as it is; drains as the growth workload's (NotifyOff, 10 ms poll, pool of 3); "+
 		"latency as the latency workload's NotifyAfterCommit case at %d/s; retire: one day of %d published rows and 100 dead letters, 8 days old, default retention (7 days)",
 		o.partRetained, o.partDays, o.events, o.partRate, o.partRetire))
 	kept := map[postgres.Partitioning]*schema{}
@@ -267,14 +271,15 @@ FROM (SELECT now() - $2::int * interval '1 day' + g * (interval '1 day' / $1::in
 
 // vacuumKept removes the dead rows a trial left in a kept table (its
 // backlog's settled versions and their pending-index entries), so the
-// next retained trial starts, as an empty one does, with none, then
-// checkpoints as the seeding did.
+// next retained trial starts, as an empty one does, with none, and
+// analyzes it, as the seeding did: the drain's ANALYZE was taken with its
+// backlog pending. Then it checkpoints as the seeding did.
 func (b *bench) vacuumKept(ctx context.Context, s *schema) error {
 	t0 := time.Now()
 	// INDEX_CLEANUP ON: with fewer than 2 % of the table's pages holding
 	// dead rows (100,000 events beside 10,000,000), VACUUM would skip the
 	// indexes and leave the trial's pending-index entries in place.
-	for _, stmt := range []string{"VACUUM (INDEX_CLEANUP ON) " + s.table(postgres.DefaultTable), "CHECKPOINT"} {
+	for _, stmt := range []string{"VACUUM (ANALYZE, INDEX_CLEANUP ON) " + s.table(postgres.DefaultTable), "CHECKPOINT"} {
 		if _, err := s.pool.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("after the trial: %s: %w", stmt, err)
 		}

@@ -96,16 +96,16 @@ bench:
 	$(GO) run ./contrib/bench -reps 3 $(BENCHFLAGS)
 
 # The partitioned layout (contrib/bench partitions.go): 10,000,000 published
-# rows kept beside a drain and a latency run, on the plain layout and on
-# daily partitions, and one day of 1,000,000 retired both ways; about ten
-# minutes. partition-soak: 2,000 events/s for 30 minutes on each layout,
+# rows kept beside drains of 300,000 events and 20-second latency runs, on
+# the plain layout and on daily partitions, and one day of 1,000,000
+# retired both ways; about 16 minutes (docs/BENCHMARKS.md, runs 4-7). partition-soak: 2,000 events/s for 30 minutes on each layout,
 # one after the other (plain and 5-minute partitions; BENCHFLAGS=-soak-partitions=hourly
 # for others, -soak-together for both at once on a larger machine) with a 10-minute
 # retention, the table's size and dead rows sampled, on the main server
 # (autovacuum off here). partition-soak-autovacuum: the same on a scratch
 # cluster with PostgreSQL's defaults, autovacuum on (scripts/; needs root).
 partitions-bench:
-	$(GO) run ./contrib/bench -workloads partitions -reps 3 -v $(BENCHFLAGS)
+	$(GO) run ./contrib/bench -workloads partitions -reps 3 -batches 100,500 -events 300000 -latency-duration 20s -v $(BENCHFLAGS)
 
 partition-soak:
 	$(GO) run ./contrib/bench -workloads partition-soak -reps 1 -v $(BENCHFLAGS)

@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// vacuumLogEvery is how many VACUUM failures in a row make one log line
-// after the first: a database that refuses every ten seconds says so
-// every five minutes, not every time.
-const vacuumLogEvery = 30
-
 // Retention on the partitioned layout (partition.go). A pass of the
 // leader first maintains the partitions: it creates the partitions of the
 // current and next periods, then drops every partition whose period ended
@@ -103,6 +98,11 @@ func (r *Retention) vacuumUntil(ctx context.Context, next time.Time) {
 		r.vacuumAt = time.Now().Add(r.cfg.VacuumInterval)
 	}
 }
+
+// vacuumLogEvery is how many VACUUM failures in a row make one log line
+// after the first: a database that refuses every ten seconds says so
+// every five minutes, not every time.
+const vacuumLogEvery = 30
 
 // vacuum runs one Partitions.Vacuum and counts it. A failure is logged
 // on the first time and every vacuumLogEvery-th in a row after it, and

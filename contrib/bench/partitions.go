@@ -32,9 +32,10 @@ import (
 //     earlier trial's settled versions and dead pending-index entries
 //     (up to 600,000 of them by the last repetition), which the claims'
 //     floor searches walk, and the statistics of the last drain's ANALYZE,
-//     taken with its backlog pending, which make PostgreSQL plan every
-//     claim anew (a custom plan: it estimates many due rows) where the
-//     empty table keeps one plan; the ratio would measure earlier trials,
+//     taken with its backlog pending, which cost the retained table's
+//     latency 8-39 % (docs/BENCHMARKS.md, runs 4-7; likely a custom plan
+//     of every claim, as PostgreSQL estimates many due rows, where the
+//     empty table keeps one plan); the ratio would measure earlier trials,
 //     not the rows retained. What dead rows cost is the growth workload's
 //     question (growth.go), and the soak's.
 //   - retire: one day of -partition-retire published rows (and 100 dead

@@ -115,13 +115,7 @@ func TestPartitionsVacuumPlain(t *testing.T) {
 	t.Parallel()
 	db := newDB(t, 4)
 	ctx := ctxT(t)
-	exec := func(sql string, args ...any) int64 {
-		tag, err := db.pool.Exec(ctx, sql, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return tag.RowsAffected()
-	}
+	exec := func(sql string, args ...any) int64 { return pdb{testDB: db}.exec(t, sql, args...) }
 	noAutovacuum(exec, db.schema, "outbox_events")
 	deadRows(t, exec, db.schema, time.Now(), 3000)
 	waitDeadRows(t, db.pool, db.schema, "outbox_events", 3000)
@@ -148,11 +142,7 @@ func TestPartitionsVacuumThroughPgBouncer(t *testing.T) {
 		t.Fatalf("migrate: %v", err)
 	}
 	exec := func(sql string, args ...any) int64 {
-		tag, err := pool.Exec(ctx, sql, args...)
-		if err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-		return tag.RowsAffected()
+		return pdb{testDB: testDB{pool: pool, schema: schema}}.exec(t, sql, args...)
 	}
 	now := dbNow(t, pool)
 	current := postgres.PartitionDaily.PartitionName("outbox_events", now)

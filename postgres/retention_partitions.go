@@ -122,12 +122,10 @@ func (r *Retention) vacuum(ctx context.Context) {
 		}
 		r.vacuumFailing++
 	default:
+		// Each partition vacuumed is logged by Partitions.Vacuum (debug).
 		if r.vacuumFailing > 0 {
 			r.log.Info("retention vacuums the partitions again", "failures", r.vacuumFailing)
 			r.vacuumFailing = 0
-		}
-		if len(rep.Vacuumed) > 0 {
-			r.log.Debug("retention vacuumed partitions", "partitions", rep.Vacuumed, "dead_rows", rep.DeadRows)
 		}
 	}
 }

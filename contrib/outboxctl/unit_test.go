@@ -143,3 +143,23 @@ func TestRunInProcess(t *testing.T) {
 		t.Error("checkFailed does not match errCheckFailed")
 	}
 }
+
+// --vacuum-interval 0s turns the leader's VACUUM off: the library reads a
+// zero VacuumInterval as its default (10s), so the flag's 0 must become a
+// negative one; a positive value passes through.
+func TestRetentionConfigVacuumInterval(t *testing.T) {
+	for _, c := range []struct {
+		flag   time.Duration
+		wantOn bool
+		want   time.Duration
+	}{
+		{flag: 0, wantOn: false},
+		{flag: 250 * time.Millisecond, wantOn: true, want: 250 * time.Millisecond},
+	} {
+		s := relaySettings{retainPublished: time.Hour, vacuumInterval: c.flag}
+		got := s.retentionConfig(databaseSpec{Table: "outbox_events"}, "public", nil).WithDefaults().VacuumInterval
+		if on := got >= 0; on != c.wantOn || (c.wantOn && got != c.want) {
+			t.Errorf("--vacuum-interval %v: RetentionConfig.VacuumInterval %v after defaults; want on=%v (%v)", c.flag, got, c.wantOn, c.want)
+		}
+	}
+}

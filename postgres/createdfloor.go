@@ -68,41 +68,12 @@ func (s *Store) createdFloor(ctx context.Context) createdRange {
 	if err != nil || t.layout == PartitionNone {
 		return everything
 	}
-	var probes []string
-	var probed []PartitionInfo
-	for _, pi := range t.parts {
-		part := pgx.Identifier{s.n.schema, pi.Name}.Sanitize()
-		// In the pending index's order, so that the probe walks that
-		// index whatever the partition's statistics say (an EXISTS
-		// alone may be planned as a scan of the whole partition).
-		// The current period is in the range whatever it holds, so it
-		// is not probed (a one-time filter): its pending index is where
-		// settled rows' entries collect, which the claim floor's own
-		// search walks.
-		notCurrent := ""
-		if !pi.Default && !pi.To.IsZero() && !pi.From.IsZero() {
-			notCurrent = `(` + boundLiteral(pi.To) + `::timestamptz <= now() - interval '1 second' OR ` +
-				boundLiteral(pi.From) + `::timestamptz > now() - interval '1 second') AND `
-		}
-		probes = append(probes, `SELECT `+strconv.Itoa(len(probed))+` AS i
-	WHERE `+notCurrent+`EXISTS (SELECT 1 FROM `+part+` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)`)
-		probed = append(probed, pi)
-	}
+	q, args, probed := s.createdProbe(t.parts)
 	var pending []int32
 	var now time.Time
 	var planned []string // partitions a plan made now would not scan whole
-	q := `SELECT (SELECT array_agg(x.i) FROM (` + strings.Join(probes, "\nUNION ALL ") + `) x), now(),
-	ARRAY(SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = to_regclass($1::text) AND (c.reltuples >= $2::float4 OR pg_relation_size(c.oid) >= $3::int8))`
-	if len(probes) == 0 {
-		q = `SELECT NULL::int4[], now(), ARRAY[]::text[] WHERE $1::text IS NOT NULL AND $2::float4 IS NOT NULL AND $3::int8 IS NOT NULL`
-	}
-	minRows := float32(plannedRows)
-	if s.plannedRows != nil {
-		minRows = float32(*s.plannedRows)
-	}
 	asked := time.Now()
-	if err := s.db.QueryRow(ctx, q, s.n.outbox, minRows, int64(plannedPages)*8192).Scan(&pending, &now, &planned); err != nil {
+	if err := s.db.QueryRow(ctx, q, args...).Scan(&pending, &now, &planned); err != nil {
 		return everything
 	}
 	s.sawCurrent(t.parts, now, planned)
@@ -131,6 +102,40 @@ func (s *Store) createdFloor(ctx context.Context) createdRange {
 		}
 	}
 	return r
+}
+
+// createdProbe is the search for the created_at range over the table's
+// partitions parts, with its arguments: which of them (indexes into
+// probed) hold a pending row, the database's clock, and which partitions
+// a plan made now would reach by address and index (sawCurrent).
+func (s *Store) createdProbe(parts []PartitionInfo) (q string, args []any, probed []PartitionInfo) {
+	minRows := float32(plannedRows)
+	if s.plannedRows != nil {
+		minRows = float32(*s.plannedRows)
+	}
+	args = []any{s.n.outbox, minRows, int64(plannedPages) * 8192}
+	var probes []string
+	for _, pi := range parts {
+		part := pgx.Identifier{s.n.schema, pi.Name}.Sanitize()
+		probe := pendingProbe(part)
+		// The current period is in the range whatever it holds, so it
+		// is not probed: its pending index is where settled rows'
+		// entries collect, which the claim floor's own search walks.
+		// CASE, because PostgreSQL is free to evaluate an AND's
+		// subquery before its other conditions (it did).
+		if !pi.Default && !pi.To.IsZero() && !pi.From.IsZero() {
+			probe = `CASE WHEN ` + boundLiteral(pi.To) + `::timestamptz <= now() - interval '1 second' OR ` +
+				boundLiteral(pi.From) + `::timestamptz > now() - interval '1 second' THEN ` + probe + ` END`
+		}
+		probes = append(probes, `SELECT `+strconv.Itoa(len(probed))+` AS i WHERE `+probe)
+		probed = append(probed, pi)
+	}
+	if len(probes) == 0 {
+		return `SELECT NULL::int4[], now(), ARRAY[]::text[] WHERE $1::text IS NOT NULL AND $2::float4 IS NOT NULL AND $3::int8 IS NOT NULL`, args, nil
+	}
+	return `SELECT (SELECT array_agg(x.i) FROM (` + strings.Join(probes, "\nUNION ALL ") + `) x), now(),
+	ARRAY(SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+		WHERE i.inhparent = to_regclass($1::text) AND (c.reltuples >= $2::float4 OR pg_relation_size(c.oid) >= $3::int8))`, args, probed
 }
 
 // Plans of new partitions.

@@ -136,6 +136,7 @@ type planNode struct {
 	NodeType     string     `json:"Node Type"`
 	RelationName string     `json:"Relation Name"`
 	IndexName    string     `json:"Index Name"`
+	ActualLoops  float64    `json:"Actual Loops"` // under EXPLAIN (ANALYZE); 0 when never executed
 	Plans        []planNode `json:"Plans"`
 }
 

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -46,3 +47,16 @@ func (s *Store) SetPlannedRowsForTest(n int) { s.plannedRows = &n }
 // PartitionYoungForTest is whether the store plans per execution because
 // the current period's partition has no statistics.
 func (s *Store) PartitionYoungForTest() bool { return s.partYoung.Load() }
+
+// CreatedProbeForTest is the store's search for the created_at range of
+// its claims (createdfloor.go) over the table's partitions as they are
+// now, with its arguments.
+func (s *Store) CreatedProbeForTest(ctx context.Context) (string, []any, error) {
+	p := &Partitions{db: s.db, n: s.n}
+	t, err := p.table(ctx, false)
+	if err != nil {
+		return "", nil, err
+	}
+	q, args, _ := s.createdProbe(t.parts)
+	return q, args, nil
+}

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -385,6 +386,92 @@ VALUES ($1, 'x', '{}', $2, now() - interval '1 minute', `+pub+`)`, id, created)
 	claim()
 	if got := s.CreatedFloorForTest(); !got.IsZero() {
 		t.Fatalf("created floor %v with a pending row in the default partition, want none", got)
+	}
+}
+
+// The search for the created_at range probes each partition but the
+// current period's through its pending index, whatever the partitions'
+// statistics say. Statistics taken while a backlog was pending made
+// PostgreSQL read a partition whole once the backlog was settled: it
+// drops an EXISTS subquery's ORDER BY and LIMIT and planned what was left
+// as a sequential scan expecting a pending row on the first pages. And it
+// evaluated the current period's probe, which the condition beside it
+// was to skip, before that condition.
+func TestCreatedFloorProbesByIndex(t *testing.T) {
+	t.Parallel()
+	d := newPartitionedDB(t, postgres.PartitionDaily)
+	ctx := ctxT(t)
+	var now time.Time
+	if err := d.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	today := now.UTC().Truncate(24 * time.Hour)
+	yesterday := today.Add(-24 * time.Hour)
+	if _, err := d.parts.Create(ctx, yesterday.Add(-24*time.Hour), today); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := d.parts.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prev, cur string
+	for _, p := range ps {
+		if p.Table != "outbox_events" {
+			continue
+		}
+		switch {
+		case p.From.Equal(yesterday):
+			prev = p.Name
+		case p.From.Equal(today):
+			cur = p.Name
+		}
+	}
+	if prev == "" || cur == "" {
+		t.Fatalf("no partition for yesterday or today in %+v", ps)
+	}
+	// A backlog of 20,000 events in each, analyzed while pending, then
+	// settled; autovacuum, where it runs, must not refresh the
+	// statistics.
+	for _, p := range []string{prev, cur} {
+		d.exec(t, `ALTER TABLE `+d.table(p)+` SET (autovacuum_enabled = false)`)
+	}
+	d.exec(t, `INSERT INTO `+d.table("outbox_events")+` (event_type, payload, created_at)
+SELECT 'x', '{}', c FROM generate_series(1, 20000) g, LATERAL (VALUES ($1::timestamptz + g * interval '1 second'), (now())) v(c)`, yesterday)
+	for _, p := range []string{prev, cur} {
+		d.exec(t, `ANALYZE `+d.table(p))
+	}
+	d.exec(t, `UPDATE `+d.table("outbox_events")+` SET published_at = now() WHERE published_at IS NULL`)
+
+	s := newStore(t, d.testDB, postgres.Config{})
+	q, args, err := s.CreatedProbeForTest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []byte
+	if err := d.pool.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+q, args...).Scan(&plan); err != nil {
+		t.Fatalf("explain the search: %v", err)
+	}
+	var root []struct{ Plan planNode }
+	if err := json.Unmarshal(plan, &root); err != nil {
+		t.Fatal(err)
+	}
+	probedPrev := false
+	root[0].Plan.walk(func(n planNode) {
+		if n.ActualLoops == 0 {
+			return
+		}
+		switch n.RelationName {
+		case prev:
+			probedPrev = true
+			if n.NodeType == "Seq Scan" {
+				t.Errorf("the search scanned yesterday's partition %s whole", prev)
+			}
+		case cur:
+			t.Errorf("the search probed the current period's partition %s (%s)", cur, n.NodeType)
+		}
+	})
+	if !probedPrev {
+		t.Errorf("the search did not probe yesterday's partition %s:\n%s", prev, plan)
 	}
 }
 

@@ -545,9 +545,7 @@ func (r *PartitionReport) fail(err error) {
 // record processed) at or after before.
 func (p *Partitions) drop(ctx context.Context, t partTable, pi PartitionInfo, before time.Time) (int64, error) {
 	part := pgx.Identifier{p.n.schema, pi.Name}.Sanitize()
-	// In the pending index's order, so that the probe walks that index
-	// whatever the partition's statistics say.
-	check := `SELECT EXISTS (SELECT 1 FROM ` + part + ` WHERE published_at IS NULL AND dead_at IS NULL ORDER BY available_at, pos LIMIT 1)
+	check := `SELECT ` + pendingProbe(part) + ` IS NOT NULL
 	OR COALESCE((SELECT max(published_at) FROM ` + part + ` WHERE published_at IS NOT NULL) >= $1, false)`
 	if t.processed {
 		check = `SELECT COALESCE((SELECT max(processed_at) FROM ` + part + `) >= $1, false)`

@@ -180,12 +180,14 @@ func (s *Store) sawCurrent(parts []PartitionInfo, now time.Time, planned []strin
 // same texts, commented with the period's partition, so that pgx
 // prepares them anew, and PostgreSQL plans them anew, for each period.
 // one holds the claims on the period's partition itself (claimOneSQL),
-// for a created_at range of exactly [from, to).
+// for a created_at range of exactly [from, to); oneByTID the settlements
+// by address of a lease whose rows were all created in [from, to).
 type periodSQL struct {
 	period   string
 	from, to time.Time
 	sql      partSQL
 	one      claimTexts
+	oneByTID tidSQL
 }
 
 // claimTexts are the three claim statements of one table.
@@ -201,6 +203,31 @@ func (s *Store) oneClaims(r createdRange) *claimTexts {
 		return nil
 	}
 	return &p.one
+}
+
+// oneSettles is the settlements by address on the current period's
+// partition when every row of a lease (its created_at bounds b) was
+// created in that period, nil otherwise.
+//
+// On the partitioned table PostgreSQL plans every settlement anew once
+// the table has a dozen partitions: it prices a generic plan as if it
+// read them all (createdWithin prunes only as the executor starts), so
+// the custom plan, pruned while planning, always looks cheaper. On the
+// partition it keeps a generic plan, as on the plain layout. Planning
+// every settlement cost a relay draining 300,000 events beside ten days
+// of retained ones about 0.6 µs per event of PostgreSQL's CPU, 4 % more
+// than on a table of four partitions, where the generic plan won. A row
+// whose created_at says it is in the partition is there (the partition
+// constraint); one moved out since the claim (a foreign writer changing
+// its created_at) is not at its address, and is settled by ID as any row
+// not found at its address is.
+func (s *Store) oneSettles(b createdBounds) *tidSQL {
+	p := s.partNow.Load()
+	if p == nil || !b.lo.Valid || b.lo.InfinityModifier != pgtype.Finite || b.lo.Time.Before(p.from) ||
+		!b.hi.Valid || b.hi.InfinityModifier != pgtype.Finite || !b.hi.Time.Before(p.to) {
+		return nil
+	}
+	return &p.oneByTID
 }
 
 // partStmts is the partitioned layout's statements for the current
@@ -231,5 +258,16 @@ func (s *Store) setPeriod(cur PartitionInfo) {
 		claimDest: tag + claimOneSQL(s.n, part, s.cfg.Ordering, true),
 		claimSlot: tag + claimSlotOneSQL(s.n, part),
 	}
-	s.partNow.Store(&periodSQL{period: current, from: cur.From, to: cur.To, sql: b, one: one})
+	// The settlements by address with the partition for the table: the
+	// same statements and arguments (their created_at bounds are then
+	// only a filter).
+	pn := s.n
+	pn.outbox = part
+	oneByTID := tidSQL{
+		settle:       tag + settleTIDPartSQL(pn),
+		publish:      tag + publishTIDPartSQL(pn),
+		delete:       tag + deleteTIDPartSQL(pn),
+		settleDelete: tag + settleDeleteTIDPartSQL(pn),
+	}
+	s.partNow.Store(&periodSQL{period: current, from: cur.From, to: cur.To, sql: b, one: one, oneByTID: oneByTID})
 }

@@ -112,6 +112,9 @@ func (s *Store) settleQuery(req core.SettleRequest) (settlement, error) {
 	var bounds []any
 	if q.byTID && refs.created.lo.Valid {
 		byTID, bounds = s.partStmts().byTID, []any{refs.created.lo, refs.created.hi}
+		if one := s.oneSettles(refs.created); one != nil {
+			byTID = *one
+		}
 	}
 	switch {
 	case allPublished && s.cfg.DeletePublished && q.byTID:

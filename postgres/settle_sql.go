@@ -71,13 +71,13 @@ func byIDPart(partitioned bool) string {
 // ID and token every statement matches keep a row of another partition at
 // the same address from being settled.
 //
-// PostgreSQL plans a settlement by address anew at every execution
-// whatever the layout (its custom plans, which know the number of
-// addresses, cost less than the generic one); with the bounds as plain
-// parameters it prunes the partitions while planning, so it plans for the
-// one or two partitions the lease's rows are in, however many the table
-// has. (The claim, which PostgreSQL keeps a generic plan of, prunes as it
-// runs instead: claimPartitioned.)
+// On a table of a dozen partitions or more PostgreSQL plans a settlement
+// by address anew at every execution (it prices the generic plan as if it
+// read every partition); with the bounds as plain parameters it prunes
+// the partitions while planning, so it plans for the one or two
+// partitions the lease's rows are in, however many the table has. When
+// they are all in the current period's partition, the store names the
+// partition instead, where PostgreSQL keeps a generic plan (oneSettles).
 func createdWithin(i int) string {
 	return `
 	AND t.created_at >= $` + strconv.Itoa(i) + `::timestamptz AND t.created_at <= $` + strconv.Itoa(i+1) + `::timestamptz`

@@ -525,6 +525,7 @@ func TestRelayServiceFlags(t *testing.T) {
 		{[]string{"--http-addr", "9464"}, "--http-addr"},
 		{[]string{"--http-addr", "", "--pprof"}, "--pprof needs --http-addr"},
 		{[]string{"--max-conns", "-1"}, "--max-conns"},
+		{[]string{"--vacuum-interval", "-1s"}, "--vacuum-interval must not be negative"},
 		{[]string{"--schemas", "a,*"}, "'*' stands alone"},
 		{[]string{"--schemas", "tenant_*"}, "patterns are not supported"},
 	} {

@@ -131,9 +131,6 @@ func (s *relaySettings) checkServiceFlags() error {
 	if s.retentionInterval <= 0 {
 		return usageError("--retention-interval must be positive")
 	}
-	if s.vacuumInterval < 0 {
-		return usageError("--vacuum-interval must not be negative (0s turns the leader's VACUUM off)")
-	}
 	if s.retentionLease < postgres.MinRetentionLease {
 		return usageError(fmt.Sprintf("--retention-lease %s is shorter than %s", formatDuration(s.retentionLease), postgres.MinRetentionLease))
 	}

@@ -525,7 +525,7 @@ func TestRelayServiceFlags(t *testing.T) {
 		{[]string{"--http-addr", "9464"}, "--http-addr"},
 		{[]string{"--http-addr", "", "--pprof"}, "--pprof needs --http-addr"},
 		{[]string{"--max-conns", "-1"}, "--max-conns"},
-		{[]string{"--vacuum-interval", "-1s"}, "--vacuum-interval must not be negative"},
+		{[]string{"--vacuum-interval", "-1s"}, `invalid value "-1s" for flag --vacuum-interval: negative`},
 		{[]string{"--schemas", "a,*"}, "'*' stands alone"},
 		{[]string{"--schemas", "tenant_*"}, "patterns are not supported"},
 	} {

@@ -153,10 +153,7 @@ func TestPartitionedSettlementFindsAMovedRow(t *testing.T) {
 	t.Parallel()
 	d := newPartitionedDB(t, postgres.PartitionDaily)
 	ctx := ctxT(t)
-	var now time.Time
-	if err := d.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
+	now := dbNow(t, d.pool)
 	yesterday := now.UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
 	if _, err := d.parts.Create(ctx, yesterday, now); err != nil {
 		t.Fatal(err)
@@ -446,11 +443,7 @@ func TestCreatedFloorProbesByIndex(t *testing.T) {
 	t.Parallel()
 	d := newPartitionedDB(t, postgres.PartitionDaily)
 	ctx := ctxT(t)
-	var now time.Time
-	if err := d.pool.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	today := now.UTC().Truncate(24 * time.Hour)
+	today := dbNow(t, d.pool).UTC().Truncate(24 * time.Hour)
 	yesterday := today.Add(-24 * time.Hour)
 	if _, err := d.parts.Create(ctx, yesterday.Add(-24*time.Hour), today); err != nil {
 		t.Fatal(err)

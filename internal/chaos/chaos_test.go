@@ -359,18 +359,45 @@ func runScenario(t *testing.T, sc scenario) {
 
 // waitListeners waits until every relay has a LISTEN connection again that
 // started after since, and records how long that took.
+//
+// A relay's WAL stream may be paused rather than lost: it stays closed
+// for a while when the database writes WAL faster than is worth decoding
+// (a minute; other test packages writing at the same time reach that
+// rate) or when events flow without it. The relay logs each pause with
+// its length, and the wait is counted from the end of the latest one.
 func (e *env) waitListeners(tl *tally, since time.Time, names []string) {
 	e.t.Helper()
 	// 45 s: a relay's wake-up connection backs off after repeated
-	// failures, and under load its slot takes long to create (20 s failed
-	// twice on a loaded machine; the reconnects measured are 0.1-0.3 s).
-	err := waitUntil(context.Background(), 45*time.Second, func(ctx context.Context) (bool, error) {
+	// failures, and under load its slot takes long to create: a new
+	// logical slot waits for every transaction running when it started
+	// (20 s failed twice on a loaded machine; the reconnects measured are
+	// 0.1-0.3 s).
+	const reconnect = 45 * time.Second
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var last error
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		n, err := e.listening(ctx, since, names...)
-		return n == len(names), err
-	})
-	if err != nil {
-		e.t.Errorf("relay listeners did not reconnect: %v", err)
-		return
+		cancel()
+		if err == nil && n == len(names) {
+			break
+		}
+		if err != nil {
+			last = err
+		}
+		from := since
+		for _, r := range e.relays {
+			if until := r.wakeupPausedUntil(); until.After(from) {
+				from = until
+			}
+		}
+		if time.Since(from) > reconnect {
+			e.t.Errorf("relay listeners did not reconnect within %v of the fault or of their last pause (%d of %d back; last error: %v)\n%s",
+				reconnect, n, len(names), last, e.wakeupReport(since, names))
+			return
+		}
+		<-tick.C
 	}
 	tl.listenerReconnects = append(tl.listenerReconnects, time.Since(since).Round(10*time.Millisecond))
 }

@@ -10,7 +10,11 @@
 //   - relays SIGKILLed at random moments and right after a publish the
 //     transport accepted (before settling), then restarted;
 //   - pg_terminate_backend on the relays' connections, LISTEN included
-//     (found by application_name), and the listener's reconnection checked;
+//     (found by application_name), and the listener's reconnection checked
+//     (within 45 s of the fault, or of the end of a pause the relay logged:
+//     its WAL stream stays closed for a minute while the database writes
+//     WAL faster than is worth decoding, which other test packages running
+//     at the same time can cause);
 //   - the transport down (connection refused) and answering 503 storms,
 //     some of them after QStash accepted the request (a lost answer);
 //   - the consumer killed, or its connection dropped, after its effect

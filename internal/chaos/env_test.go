@@ -358,3 +358,49 @@ func (e *env) relaysBehindBouncer(ctx context.Context) error {
 		return true, nil
 	})
 }
+
+// wakeupReport says why relays' wake-up connections are not back, for a
+// failure message: what each relay's connections are doing, the
+// transactions a new logical slot would wait for (its creation waits until
+// every transaction running when it started has ended), and the end of
+// each relay's log.
+func (e *env) wakeupReport(since time.Time, names []string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var b strings.Builder
+	dump := func(title, q string, args ...any) {
+		fmt.Fprintf(&b, "%s:\n", title)
+		rows, err := e.pool.Query(ctx, q, args...)
+		if err != nil {
+			fmt.Fprintf(&b, "  %v\n", err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			vals, err := rows.Values()
+			if err != nil {
+				fmt.Fprintf(&b, "  %v\n", err)
+				return
+			}
+			fmt.Fprintf(&b, "  %v\n", vals)
+		}
+		if err := rows.Err(); err != nil {
+			fmt.Fprintf(&b, "  %v\n", err)
+		}
+	}
+	dump("the relays' connections (application_name, backend_type, started after the fault, state, wait event, query)",
+		`SELECT application_name, backend_type, backend_start > $2, state, coalesce(wait_event_type || ':' || wait_event, ''), left(query, 100)
+		   FROM pg_stat_activity WHERE application_name = ANY($1) ORDER BY application_name, backend_start`, names, since)
+	dump("transactions open for more than 5 s (pid, application_name, age, state, query)",
+		`SELECT pid, application_name, now() - xact_start, state, left(query, 100)
+		   FROM pg_stat_activity WHERE xact_start < now() - interval '5 seconds' AND pid <> pg_backend_pid() ORDER BY xact_start`)
+	dump("replication slots (name, temporary, active)", `SELECT slot_name, temporary, active FROM pg_replication_slots ORDER BY slot_name`)
+	for i, r := range e.relays {
+		tail := r.logTail()
+		if len(tail) > 1500 {
+			tail = tail[len(tail)-1500:]
+		}
+		fmt.Fprintf(&b, "relay %d's log ends:\n%s\n", i, tail)
+	}
+	return b.String()
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -234,4 +235,30 @@ func (w *lineWriter) Write(b []byte) (int, error) {
 		}
 		w.buf = w.buf[i+1:]
 	}
+}
+
+// pausedLine is the store's log line for a paused WAL stream
+// (postgres/wakeup.go), as the relay's text handler writes it: its time
+// and how long the stream stays closed.
+var pausedLine = regexp.MustCompile(`(?m)^time=(\S+) .*msg="outbox WAL [^"]* paused[^"]*".* for=(\S+)$`)
+
+// wakeupPausedUntil is when the WAL stream of the process's current
+// incarnation is back from its latest logged pause (zero for none).
+func (p *proc) wakeupPausedUntil() time.Time {
+	b, err := os.ReadFile(p.log.Name())
+	if err != nil {
+		return time.Time{}
+	}
+	if i := bytes.LastIndex(b, []byte("--- start ")); i >= 0 {
+		b = b[i:]
+	}
+	var until time.Time
+	for _, m := range pausedLine.FindAllSubmatch(b, -1) {
+		at, err1 := time.Parse(time.RFC3339Nano, string(m[1]))
+		d, err2 := time.ParseDuration(string(m[2]))
+		if err1 == nil && err2 == nil && at.Add(d).After(until) {
+			until = at.Add(d)
+		}
+	}
+	return until
 }

@@ -77,6 +77,12 @@ func run(ctx context.Context, o options) error {
 		return errors.New("-database-url, -schema, -qstash-url, -qstash-token and -dest are required")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// The store's log at debug level too: it says each time the WAL
+	// stream pauses and for how long (postgres/wakeup.go), which the
+	// suite reads to know how long a relay's wake-up connection may
+	// legitimately stay away (env.wakeupPausedUntil). The store logs
+	// little else at that level.
+	storeLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pool, err := o.db.Pool(ctx)
 	if err != nil {
 		return err
@@ -90,7 +96,7 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 	store, err := postgres.New(pool, &postgres.Config{
-		Schema: o.db.Schema, Ordering: o.ordering, ListenBackoffMax: 500 * time.Millisecond, Logger: log,
+		Schema: o.db.Schema, Ordering: o.ordering, ListenBackoffMax: 500 * time.Millisecond, Logger: storeLog,
 		WakeupURL: wakeupURL,
 	})
 	if err != nil {

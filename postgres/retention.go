@@ -113,6 +113,10 @@ type RetentionStats struct {
 	// (RetentionConfig.VacuumInterval), and VacuumedDeadRows the dead rows
 	// the statistics counted in them before.
 	Vacuums, VacuumedDeadRows int64
+	// VacuumTime is how long this Retention's leader spent vacuuming:
+	// the VACUUMs and the check for dead rows before them, failed calls
+	// included.
+	VacuumTime time.Duration
 	// Passes counts passes that ran to the end; FailedPasses those that
 	// did not (LastError says why).
 	Passes, FailedPasses int64

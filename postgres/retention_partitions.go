@@ -108,10 +108,13 @@ const vacuumLogEvery = 30
 // on the first time and every vacuumLogEvery-th in a row after it, and
 // the recovery once; the passes go on either way.
 func (r *Retention) vacuum(ctx context.Context) {
+	start := time.Now()
 	rep, err := r.parts.Vacuum(ctx)
+	took := time.Since(start)
 	r.mu.Lock()
 	r.stats.Vacuums += int64(len(rep.Vacuumed))
 	r.stats.VacuumedDeadRows += rep.DeadRows
+	r.stats.VacuumTime += took
 	r.mu.Unlock()
 	switch {
 	case err != nil && ctx.Err() != nil:

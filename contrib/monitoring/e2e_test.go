@@ -416,11 +416,12 @@ var onlyAfterFailures = map[string]bool{
 // contrib/outboxctl's TestRelayServiceRetentionPartitions reads them from
 // a relay on a partitioned one.
 var onlyPartitioned = map[string]bool{
-	"outboxctl_partitions_ahead_seconds":           true,
-	"outboxctl_retention_partitions_created_total": true,
-	"outboxctl_retention_partitions_dropped_total": true,
-	"outboxctl_retention_dead_letters_moved_total": true,
-	"outboxctl_retention_vacuums_total":            true,
+	"outboxctl_partitions_ahead_seconds":            true,
+	"outboxctl_retention_partitions_created_total":  true,
+	"outboxctl_retention_partitions_dropped_total":  true,
+	"outboxctl_retention_dead_letters_moved_total":  true,
+	"outboxctl_retention_vacuums_total":             true,
+	"outboxctl_retention_vacuum_time_seconds_total": true,
 }
 
 // usedFamilies are the families the rules and the dashboard query.

@@ -81,6 +81,7 @@ func Metrics() []Metric {
 		{Name: "outboxctl_retention_partitions_dropped_total", Type: "counter", Instrument: "outboxctl.retention.partitions.dropped", Unit: "{partition}", Service: true},
 		{Name: "outboxctl_retention_dead_letters_moved_total", Type: "counter", Instrument: "outboxctl.retention.dead_letters_moved", Unit: "{event}", Service: true},
 		{Name: "outboxctl_retention_vacuums_total", Type: "counter", Instrument: "outboxctl.retention.vacuums", Unit: "{vacuum}", Service: true},
+		{Name: "outboxctl_retention_vacuum_time_seconds_total", Type: "counter", Instrument: "outboxctl.retention.vacuum.time", Unit: "s", Service: true},
 		{Name: "outboxctl_partitions_ahead_seconds", Type: "gauge", Instrument: "outboxctl.partitions.ahead", Unit: "s", Service: true},
 		// Per process and dependency rather than per tenant: they carry
 		// no (or not all of the) tenant labels.

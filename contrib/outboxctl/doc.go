@@ -103,6 +103,7 @@
 //	outboxctl_retention_partitions_dropped_total      counter per tenant (partitioned layout)
 //	outboxctl_retention_dead_letters_moved_total      counter per tenant (partitioned layout)
 //	outboxctl_retention_vacuums_total                 counter per tenant: partitions the leader vacuumed (partitioned layout)
+//	outboxctl_retention_vacuum_time_seconds_total     counter per tenant: time the leader spent vacuuming (partitioned layout)
 //	outboxctl_partitions_ahead_seconds                gauge per tenant: until the newest partition ends
 //
 // plus target_info and the Go and process collectors (go_*, process_*).

@@ -138,7 +138,8 @@ func countIn(t *testing.T, o outbox, partition string) int {
 // outboxctl_partitions_ahead_seconds between 2 and 3 days (2 days ahead,
 // the default). Between its passes the leader vacuums today's partition,
 // which settled events left dead rows in, and counts it in
-// outboxctl_retention_vacuums_total.
+// outboxctl_retention_vacuums_total, and the time it took in
+// outboxctl_retention_vacuum_time_seconds_total.
 func TestRelayServiceRetentionPartitions(t *testing.T) {
 	t.Parallel()
 	o := newPartitionedOutbox(t, postgres.PartitionDaily)
@@ -185,14 +186,14 @@ func TestRelayServiceRetentionPartitions(t *testing.T) {
 		got = map[string]float64{}
 		for _, name := range []string{"outboxctl_retention_partitions_created_total", "outboxctl_retention_partitions_dropped_total",
 			"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds", "outboxctl_retention_leader",
-			"outboxctl_retention_vacuums_total"} {
+			"outboxctl_retention_vacuums_total", "outboxctl_retention_vacuum_time_seconds_total"} {
 			if v, ok := metricSum(m, name, tenantLabels(o.schema)); ok {
 				got[name] = v
 			}
 		}
 		ahead, ok := got["outboxctl_partitions_ahead_seconds"]
 		return ok && got["outboxctl_retention_leader"] == 1 &&
-			got["outboxctl_retention_vacuums_total"] >= 1 &&
+			got["outboxctl_retention_vacuums_total"] >= 1 && got["outboxctl_retention_vacuum_time_seconds_total"] > 0 &&
 			got["outboxctl_retention_partitions_created_total"] == wantCreated &&
 			got["outboxctl_retention_partitions_dropped_total"] == 1 &&
 			got["outboxctl_retention_dead_letters_moved_total"] == dead &&
@@ -223,7 +224,8 @@ func TestRelayServicePartitionMetricsPlain(t *testing.T) {
 	// layout is known once it is ready.
 	m := scrape(t, base)
 	for _, name := range []string{"outboxctl_retention_partitions_created_total", "outboxctl_retention_partitions_dropped_total",
-		"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds", "outboxctl_retention_vacuums_total"} {
+		"outboxctl_retention_dead_letters_moved_total", "outboxctl_partitions_ahead_seconds", "outboxctl_retention_vacuums_total",
+		"outboxctl_retention_vacuum_time_seconds_total"} {
 		if _, ok := metricSum(m, name, nil); ok {
 			t.Errorf("a relay on the plain layout serves %s", name)
 		}

@@ -521,7 +521,9 @@ func (svc *service) registerMetrics() error {
 		metric.WithDescription("How long until the newest period partition of the outbox or processed table ends, whichever is sooner (partitioned layout only, listed every 30s); negative when rows already go to the default partition for want of one."))
 	vacuums, err15 := m.Int64ObservableCounter("outboxctl.retention.vacuums", metric.WithUnit("{vacuum}"),
 		metric.WithDescription("Partitions of the outbox table this process's retention vacuumed as leader, between its passes, for the dead rows settled events leave (partitioned layout only; --vacuum-interval)."))
-	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10, err11, err12, err13, err14, err15); err != nil {
+	vacuumTime, err16 := m.Float64ObservableCounter("outboxctl.retention.vacuum.time", metric.WithUnit("s"),
+		metric.WithDescription("Seconds this process's retention spent vacuuming partitions as leader, the check for dead rows included (partitioned layout only; --vacuum-interval). Its rate is the share of a connection the VACUUMs take."))
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8, err9, err10, err11, err12, err13, err14, err15, err16); err != nil {
 		return fmt.Errorf("create the relay's metrics: %v", err)
 	}
 	svc.failures = failures
@@ -560,6 +562,7 @@ func (svc *service) registerMetrics() error {
 				o.ObserveInt64(partsDropped, st.PartitionsDropped, with())
 				o.ObserveInt64(deadMoved, st.DeadLettersMoved, with())
 				o.ObserveInt64(vacuums, st.Vacuums, with())
+				o.ObserveFloat64(vacuumTime, st.VacuumTime.Seconds(), with())
 			}
 			published, processed := attribute.String("kind", "published"), attribute.String("kind", "processed")
 			o.ObserveInt64(leader, boolInt(st.Leader), with())
@@ -576,7 +579,7 @@ func (svc *service) registerMetrics() error {
 			}
 		}
 		return nil
-	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes, partsCreated, partsDropped, deadMoved, vacuums, ahead)
+	}, tenantReady, dbUp, trUp, ready, leader, deleted, backlog, lastPass, passes, partsCreated, partsDropped, deadMoved, vacuums, vacuumTime, ahead)
 	if err != nil {
 		return fmt.Errorf("register the relay's metrics: %v", err)
 	}

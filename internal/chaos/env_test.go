@@ -261,16 +261,18 @@ func (e *env) terminateBackends(ctx context.Context, names ...string) (int, erro
 	return n, err
 }
 
-// listening reports the relays among names whose wake-up connection,
+// listening lists the relays among names whose wake-up connection,
 // started after since, is running: a LISTEN, or a WAL sender streaming
 // from the relay's temporary slot (the default where the server allows
 // logical replication).
-func (e *env) listening(ctx context.Context, since time.Time, names ...string) (int, error) {
-	var n int
-	err := e.pool.QueryRow(ctx, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
+func (e *env) listening(ctx context.Context, since time.Time, names ...string) ([]string, error) {
+	rows, err := e.pool.Query(ctx, `SELECT DISTINCT application_name FROM pg_stat_activity
 		WHERE application_name = ANY($1) AND backend_start > $2
-		  AND (query LIKE 'LISTEN %' OR (backend_type = 'walsender' AND query LIKE 'START_REPLICATION%'))`, names, since).Scan(&n)
-	return n, err
+		  AND (query LIKE 'LISTEN %' OR (backend_type = 'walsender' AND query LIKE 'START_REPLICATION%'))`, names, since)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // waitUntil polls cond every 50ms until it holds or timeout passes. It is
